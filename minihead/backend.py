@@ -1,0 +1,108 @@
+"""The one place the array module is chosen.
+
+Every other module of the package writes ``from .backend import xp`` and does its array math with
+``xp.*``; ``xp`` forwards to NumPy (the default) or CuPy, chosen once by the environment variable
+``MINIHEAD_BACKEND`` (``numpy`` or ``cupy``) or by calling :func:`use` before any arrays are made.
+Nothing switches silently: asking for CuPy where it is missing, or where no GPU is visible, raises.
+
+Random numbers are always drawn on the host with a seeded ``numpy.random.Generator`` (see :func:`rng`)
+and moved to the device, so the same seed gives the same numbers on either backend.
+"""
+import os
+
+import numpy as _np
+
+FLOAT_TRAIN = "float32"   # dtype for training and inference
+FLOAT_CHECK = "float64"   # dtype for gradient checks and LRP conservation tests
+BACKENDS = ("numpy", "cupy")
+
+
+class BackendError(RuntimeError):
+    """An unknown backend was asked for, or CuPy cannot run here."""
+
+
+class _XP:
+    """Forwards attribute access to the active array module (numpy or cupy)."""
+
+    module = _np
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+    def __repr__(self):
+        return f"<minihead xp -> {self.module.__name__}>"
+
+
+xp = _XP()
+name = "numpy"
+
+
+def _load_cupy():
+    try:
+        import cupy
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise BackendError(
+            "MINIHEAD_BACKEND=cupy was asked for but CuPy is not installed "
+            "(pip install cupy-cuda12x on a machine with an NVIDIA GPU)") from exc
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        raise BackendError(f"CuPy is installed but no CUDA device is usable: {exc}") from exc
+    if n < 1:  # pragma: no cover
+        raise BackendError("CuPy is installed but no GPU is visible")
+    return cupy
+
+
+def use(backend):
+    """Select the array module: ``"numpy"`` or ``"cupy"``. Returns the module."""
+    global name
+    if backend not in BACKENDS:
+        raise BackendError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    xp.module = _np if backend == "numpy" else _load_cupy()
+    name = backend
+    return xp.module
+
+
+def to_host(a):
+    """Return ``a`` as a NumPy array on the host (no copy on the NumPy backend)."""
+    if name == "cupy" and not isinstance(a, _np.ndarray) and hasattr(a, "get"):
+        return a.get()
+    return _np.asarray(a)
+
+
+def to_device(a, dtype=None):
+    """Return ``a`` as an array of the active backend, optionally cast to ``dtype``."""
+    return xp.asarray(a, dtype=dtype)
+
+
+def rng(seed):
+    """A seeded host random generator (PCG64); draws are moved to the device by the caller."""
+    return _np.random.default_rng(seed)
+
+
+def rng_state(gen):
+    """The generator's state as a flat dict of strings, so checkpoints need no pickle."""
+    st = gen.bit_generator.state
+    return {"state": str(st["state"]["state"]), "inc": str(st["state"]["inc"]),
+            "has_uint32": str(st["has_uint32"]), "uinteger": str(st["uinteger"])}
+
+
+def set_rng_state(gen, flat):
+    """Inverse of :func:`rng_state`."""
+    gen.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": int(flat["state"]), "inc": int(flat["inc"])},
+        "has_uint32": int(flat["has_uint32"]), "uinteger": int(flat["uinteger"])}
+
+
+def scatter_add(target, index, values):
+    """``target[index] += values`` with repeated indices accumulated (embedding gradients)."""
+    if name == "cupy":  # pragma: no cover - GPU only
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+    else:
+        _np.add.at(target, index, values)
+    return target
+
+
+use(os.environ.get("MINIHEAD_BACKEND", "numpy").strip().lower() or "numpy")
