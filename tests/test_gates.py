@@ -1,0 +1,311 @@
+"""Hard-concrete head gates (minihead/gates.py): the specification.
+
+Formulas (Louizos et al. 2018, eq. 9, 12, 13; Voita et al. 2019, sec. 6), defaults beta=0.33, gamma=-0.1, zeta=1.1:
+  s = sigmoid((log u - log(1-u) + log_alpha) / beta),  s_bar = s (zeta - gamma) + gamma,  g = clip(s_bar, 0, 1)
+  P(g != 0) = sigmoid(log_alpha - beta log(-gamma / zeta))
+  test-time g = clip(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1)
+Gradient checks run in float64 against central differences and against autograd.numpy formulas written here,
+independently of the package.
+"""
+import math
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+from minihead import backend
+from minihead.gates import (LOG_ALPHA_OPEN, GateError, HardConcrete, init_log_alpha, l0_total,
+                            l0_total_backward)
+
+HC = HardConcrete()
+B, G, Z = HC.beta, HC.gamma, HC.zeta
+
+
+# ------------------------------------------------------------------ helpers
+def numerical_grad(f, x, eps=1e-6):
+    """Central differences (f(x + eps e_i) - f(x - eps e_i)) / (2 eps) for every element i of x."""
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        old = x[i]
+        x[i] = old + eps
+        f_plus = float(f(x))
+        x[i] = old - eps
+        f_minus = float(f(x))
+        x[i] = old
+        grad[i] = (f_plus - f_minus) / (2 * eps)
+    return grad
+
+
+def rel_error(a, b):
+    """max |a - b| / max(|a| + |b|, 1e-8), elementwise (CS231n)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.max(np.abs(a - b) / np.maximum(1e-8, np.abs(a) + np.abs(b))))
+
+
+def ag_sigmoid(x):
+    return 1.0 / (1.0 + anp.exp(-x))
+
+
+def ag_sample(log_alpha, u):
+    """Independent autograd.numpy hard-concrete sample (Louizos eq. 9)."""
+    s = ag_sigmoid((anp.log(u) - anp.log(1 - u) + log_alpha) / B)
+    return anp.clip(s * (Z - G) + G, 0.0, 1.0)
+
+
+def ag_penalty(log_alpha):
+    """Independent autograd.numpy P(g != 0) (Louizos eq. 12)."""
+    return ag_sigmoid(log_alpha - B * anp.log(-G / Z))
+
+
+def interior_points():
+    """log_alpha and u (float64) with 0.05 < s_bar < 0.95 everywhere, so the clip is inactive."""
+    la = np.array([-1.5, -0.7, 0.0, 0.3, 1.1, 2.0])
+    u = np.array([0.75, 0.6, 0.45, 0.5, 0.3, 0.2])
+    g, cache = HC.sample_forward(la, u)
+    s_bar = cache[1]
+    assert np.all((s_bar > 0.05) & (s_bar < 0.95)), s_bar  # precondition of the interior tests
+    return la, u
+
+
+# ------------------------------------------------------------------ sample: gradient
+def test_sample_backward_interior_matches_central_differences():
+    """dg/dlog_alpha = (zeta - gamma) s (1 - s) / beta where 0 < s_bar < 1, checked on sum(dg * g)."""
+    la, u = interior_points()
+    dg = backend.rng(0).standard_normal(la.shape)
+    _, cache = HC.sample_forward(la, u)
+    analytic = HC.sample_backward(dg, cache)
+    numeric = numerical_grad(lambda x: np.sum(dg * HC.sample_forward(x, u)[0]), la.copy())
+    assert rel_error(analytic, numeric) < 1e-6
+    assert np.all(analytic != 0)
+    assert analytic.dtype == np.float64
+
+
+def test_sample_backward_matches_autograd_with_broadcast_noise():
+    """Same formula, u of shape (B, H) broadcast against log_alpha (H,): the gradient is summed over B.
+    Points are random, so some are clipped and some are not; autograd's clip also passes zero there."""
+    r = backend.rng(1)
+    la = r.uniform(-3, 3, size=6)                               # (H,)
+    u = HC.draw_u(r, (5, 6), dtype="float64")                   # (B, H)
+    dg = r.standard_normal((5, 6))                              # (B, H)
+    g, cache = HC.sample_forward(la, u)
+    assert g.shape == (5, 6)
+    np.testing.assert_allclose(g, ag_sample(la, u), rtol=1e-12, atol=1e-15)
+    clipped = (g == 0) | (g == 1)
+    assert clipped.any() and (~clipped).any()                   # both regimes are exercised
+    expected = autograd.grad(lambda x: anp.sum(dg * ag_sample(x, u)))(la)
+    analytic = HC.sample_backward(dg, cache)
+    assert analytic.shape == la.shape
+    assert rel_error(analytic, expected) < 1e-10
+
+
+def test_sample_backward_is_exactly_zero_where_clipped():
+    """d clip(s_bar, 0, 1) / d s_bar = 0 where s_bar < 0 (g = 0) or s_bar > 1 (g = 1): no gradient flows."""
+    la = np.array([-8.0, -5.0, 5.0, 8.0])
+    u = np.array([0.5, 0.3, 0.7, 0.5])
+    g, cache = HC.sample_forward(la, u)
+    np.testing.assert_array_equal(g, [0.0, 0.0, 1.0, 1.0])
+    dg = np.array([1.0, -2.0, 3.0, 0.5])
+    analytic = HC.sample_backward(dg, cache)
+    np.testing.assert_array_equal(analytic, np.zeros(4))
+    numeric = numerical_grad(lambda x: np.sum(dg * HC.sample_forward(x, u)[0]), la.copy())
+    np.testing.assert_array_equal(numeric, np.zeros(4))
+    np.testing.assert_array_equal(autograd.grad(lambda x: anp.sum(dg * ag_sample(x, u)))(la), np.zeros(4))
+
+
+# ------------------------------------------------------------------ penalty and its combination
+def test_penalty_backward_matches_central_differences_and_autograd():
+    """dP(g != 0)/dlog_alpha = p (1 - p) with p = sigmoid(log_alpha - beta log(-gamma / zeta)), also in the
+    saturated tails (|log_alpha| = 12, where central differences are only good to ~1e-10 absolute)."""
+    la = np.array([-12.0, -3.0, -0.5, 0.0, 0.8, 3.0, 12.0])
+    dp = backend.rng(2).standard_normal(la.shape)
+    p, cache = HC.penalty_forward(la)
+    np.testing.assert_allclose(p, ag_penalty(la), rtol=1e-12)
+    analytic = HC.penalty_backward(dp, cache)
+    numeric = numerical_grad(lambda x: np.sum(dp * HC.penalty_forward(x)[0]), la.copy())
+    expected = autograd.grad(lambda x: anp.sum(dp * ag_penalty(x)))(la)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-9)
+    assert rel_error(analytic[1:-1], numeric[1:-1]) < 1e-6
+    assert rel_error(analytic, expected) < 1e-10
+
+
+@pytest.mark.parametrize("reduction", ["sum", "layer_mean"])
+def test_l0_total_value_and_gradient(reduction):
+    """L_C = c sum_l sum_h p_lh with c = 1 ("sum", paper eq. 6) or 1/L ("layer_mean", official code);
+    dL_C/dp_lh = c. Checked on p directly and chained through penalty_forward to log_alpha (autograd)."""
+    r = backend.rng(3)
+    las = [r.uniform(-3, 3, size=n) for n in (4, 4, 2)]          # 3 layers, uneven head counts allowed
+    c = 1.0 if reduction == "sum" else 1.0 / 3
+    ps, pcaches = zip(*[HC.penalty_forward(la) for la in las])
+    total, cache = l0_total(list(ps), reduction)
+    assert float(total) == pytest.approx(c * sum(float(np.sum(p)) for p in ps), rel=1e-14)
+    dps = l0_total_backward(2.0, cache)
+    for p_l, dp_l in zip(ps, dps):
+        assert dp_l.shape == p_l.shape and dp_l.dtype == p_l.dtype
+        others = [q for q in ps if q is not p_l]
+        numeric = numerical_grad(lambda x: 2.0 * l0_total([x] + others, reduction)[0], p_l.copy())
+        assert rel_error(dp_l, numeric) < 1e-7
+        np.testing.assert_allclose(dp_l, 2.0 * c)
+    # chain to log_alpha and compare with autograd on the whole composition
+    dlas = [HC.penalty_backward(dp, pc) for dp, pc in zip(dps, pcaches)]
+    ag_total = lambda xs: 2.0 * c * sum(anp.sum(ag_penalty(x)) for x in xs)
+    expected = autograd.grad(ag_total)(las)
+    for dla, e in zip(dlas, expected):
+        assert rel_error(dla, e) < 1e-12
+
+
+# ------------------------------------------------------------------ distribution
+@pytest.mark.parametrize("log_alpha", [-3.0, -1.0, 0.0, 1.0, 3.0])
+def test_penalty_matches_monte_carlo(log_alpha):
+    """P(g != 0) = sigmoid(log_alpha - beta log(-gamma/zeta)) equals the fraction of 200k samples with g > 0,
+    and P(g = 0), P(g = 1) from mass_at_0_and_1 match the fractions at exactly 0 and 1, all within 5 binomial
+    standard errors sqrt(p (1 - p) / n)."""
+    n = 200_000
+    u = HC.draw_u(backend.rng(4), (n,), dtype="float64")
+    g, _ = HC.sample_forward(np.full(n, log_alpha), u)
+    p_open, _ = HC.penalty_forward(np.array(log_alpha))
+    p0, p1 = HC.mass_at_0_and_1(np.array(log_alpha))
+    assert float(p_open) == pytest.approx(1 - float(p0), abs=1e-14)
+    for p, frac in ((p_open, np.mean(g > 0)), (p0, np.mean(g == 0)), (p1, np.mean(g == 1))):
+        se = math.sqrt(float(p) * (1 - float(p)) / n)
+        assert abs(frac - float(p)) < 5 * se + 1e-6, (log_alpha, float(p), frac, se)
+
+
+@pytest.mark.parametrize("log_alpha", [-1.0, 0.0, 1.0])
+def test_mass_at_exactly_zero_and_one(log_alpha):
+    """For moderate log_alpha the clip puts positive mass on g = 0 and on g = 1 (both > 5% of samples)
+    and on the open interval in between (what makes the gate trainable)."""
+    u = HC.draw_u(backend.rng(5), (20_000,), dtype="float64")
+    g, _ = HC.sample_forward(np.full(u.shape, log_alpha), u)
+    assert np.mean(g == 0) > 0.05 and np.mean(g == 1) > 0.05
+    assert np.mean((g > 0) & (g < 1)) > 0.05
+    assert g.min() == 0.0 and g.max() == 1.0
+
+
+def test_density_integrates_and_matches_histogram():
+    """The continuous part of the density integrates to 1 - P(g=0) - P(g=1), and its integral over [0.2, 0.5]
+    matches the fraction of samples there (5 binomial standard errors)."""
+    la = 0.5
+    x = np.linspace(1e-7, 1 - 1e-7, 400_001)
+    q = HC.density(x, la)
+    p0, p1 = HC.mass_at_0_and_1(la)
+    assert np.trapezoid(q, x) == pytest.approx(1 - p0 - p1, abs=2e-4)
+    n = 200_000
+    g, _ = HC.sample_forward(np.full(n, la), HC.draw_u(backend.rng(6), (n,), dtype="float64"))
+    band = (x >= 0.2) & (x <= 0.5)
+    p_band = np.trapezoid(q[band], x[band])
+    frac = np.mean((g >= 0.2) & (g <= 0.5))
+    assert abs(frac - p_band) < 5 * math.sqrt(p_band * (1 - p_band) / n)
+    np.testing.assert_array_equal(HC.density(np.array([-0.1, 0.0, 1.0, 1.2]), la), np.zeros(4))
+
+
+def test_test_gate_at_known_points():
+    """clip(sigmoid(la) (zeta-gamma) + gamma, 0, 1): 0 for very negative la, 1 for very positive, 0.5 at la = 0
+    (0.5 * 1.2 - 0.1); pruned exactly from la <= log(-gamma/zeta) = -2.398, fully on from la >= log(11) = 2.398."""
+    g = HC.test_gate(np.array([-30.0, -2.4, -2.39, 0.0, 2.39, 2.4, 30.0]))
+    assert g[0] == 0.0 and g[1] == 0.0 and g[2] > 0.0
+    assert g[3] == pytest.approx(0.5, abs=1e-15)
+    assert g[4] < 1.0 and g[5] == 1.0 and g[6] == 1.0
+    assert float(HC.test_gate(np.array(LOG_ALPHA_OPEN))) == 1.0   # the default init starts heads fully on
+
+
+def test_init_dtype_and_determinism():
+    """init_log_alpha gives (H,) open gates in float32; draw_u with the same seed gives the same numbers, inside
+    (eps, 1 - eps); float32 inputs stay float32 through forward and backward (the training dtype)."""
+    la = init_log_alpha(8)
+    assert la.shape == (8,) and la.dtype == np.float32 and np.all(la == LOG_ALPHA_OPEN)
+    u1 = HC.draw_u(backend.rng(7), (3, 8))
+    u2 = HC.draw_u(backend.rng(7), (3, 8))
+    np.testing.assert_array_equal(u1, u2)
+    assert u1.dtype == np.float32 and u1.min() >= 1e-6 and u1.max() <= 1 - 1e-6
+    g, cache = HC.sample_forward(la, u1)
+    assert g.dtype == np.float32
+    assert HC.sample_backward(np.ones_like(g), cache).dtype == np.float32
+    p, pc = HC.penalty_forward(la)
+    assert p.dtype == np.float32 and HC.penalty_backward(np.ones_like(p), pc).dtype == np.float32
+
+
+def test_bad_input_raises_clear_errors():
+    """Noise on the boundary, hyperparameters without mass at 0/1, unknown reductions are refused by name."""
+    with pytest.raises(GateError, match="strictly inside"):
+        HC.sample_forward(np.zeros(2), np.array([0.0, 0.5]))
+    with pytest.raises(GateError, match="gamma < 0 and zeta > 1"):
+        HardConcrete(gamma=0.0)
+    with pytest.raises(GateError, match="beta"):
+        HardConcrete(beta=0.0)
+    with pytest.raises(GateError, match="reduction"):
+        l0_total([np.zeros(2)], "mean")
+    with pytest.raises(GateError, match="empty"):
+        l0_total([], "sum")
+
+
+# ------------------------------------------------------------------ the gates close on useless heads
+def toy_heads(seed):
+    """6 toy heads with fixed outputs O (N, H, d); the target reads heads 0 and 1 only, heads 2-5 are noise of
+    scale 0.5, 1, 2, 3 (scaled up so that they are not trivially small)."""
+    r = np.random.default_rng(seed)
+    n, h, d = 256, 6, 4
+    scale = np.array([1.0, 1.0, 0.5, 1.0, 2.0, 3.0])
+    O = r.standard_normal((n, h, d)) * scale[None, :, None]     # (N, H, d)
+    w_true = r.standard_normal((2, d)) / math.sqrt(d)           # (2, d)
+    y = O[:, 0] @ w_true[0] + O[:, 1] @ w_true[1] + 0.1 * r.standard_normal(n)  # (N,)
+    return O, y
+
+
+def train_gates(seed, lam=0.05, lr=0.1, steps=300, init=LOG_ALPHA_OPEN, reduction="sum"):
+    """Prune the toy heads: loss = mean((sum_h g_h O_h W_h - y)^2) + lam * L_C, Adam on log_alpha and W.
+
+    Starts from the converged model (W by least squares with every gate on) and log_alpha = init (open).
+    One gate sample u (H,) per step, shared by the batch, as in the official code. Returns test-time gates,
+    log_alpha and its trajectory (steps, H)."""
+    O, y = toy_heads(seed)
+    n, h, d = O.shape
+    W = np.linalg.lstsq(O.reshape(n, h * d), y, rcond=None)[0].reshape(h, d)  # (H, d) converged readout
+    la = np.full(h, float(init))                                # (H,)
+    gen = backend.rng(seed + 1000)
+    params = [la, W]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    traj = np.zeros((steps, h))
+    for t in range(1, steps + 1):
+        g, gcache = HC.sample_forward(la, HC.draw_u(gen, (h,), dtype="float64"))   # (H,)
+        head_out = np.einsum("nhd,hd->nh", O, W)                # (N, H) each head's scalar contribution
+        err = head_out @ g - y                                  # (N,)
+        dpred = 2.0 * err / n                                   # (N,) d mean-square / d prediction
+        dg = head_out.T @ dpred                                 # (H,)
+        dW = np.einsum("n,h,nhd->hd", dpred, g, O)              # (H, d)
+        p, pcache = HC.penalty_forward(la)                      # (H,)
+        _, tcache = l0_total([p], reduction)
+        dp = l0_total_backward(lam, tcache)[0]                  # (H,)
+        dla = HC.sample_backward(dg, gcache) + HC.penalty_backward(dp, pcache)     # (H,)
+        for i, grad in enumerate((dla, dW)):                    # Adam (Kingma & Ba 2015), beta 0.9 / 0.999
+            m[i] = 0.9 * m[i] + 0.1 * grad
+            v[i] = 0.999 * v[i] + 0.001 * grad ** 2
+            params[i] -= lr * (m[i] / (1 - 0.9 ** t)) / (np.sqrt(v[i] / (1 - 0.999 ** t)) + 1e-8)
+        traj[t - 1] = la
+    return HC.test_gate(la), la, traj
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gates_close_on_useless_heads(seed):
+    """With the default beta/gamma/zeta, lambda = 0.05 (paper's sum reduction), Adam lr = 0.1, 300 steps from
+    log_alpha = 3 (all open) and the readout W trained jointly, the test-time gates end exactly 0 on the
+    4 noise heads and exactly 1 on the 2 heads the target reads.
+
+    What it needed: Adam moves log_alpha by about lr per step, and a gate is only pruned once log_alpha has
+    travelled from +3 to below log(-gamma/zeta) = -2.4; at lr = 0.01 that takes 300-600 steps, and at the
+    NMT learning rates of ~1e-4 the gates look as if they "never close". Plain SGD is slower still: at
+    log_alpha = 3 the penalty gradient is lambda p (1 - p) = 0.001 and the sample gradient is zero 90% of the
+    time (the gate is clipped at 1)."""
+    g, la, _ = train_gates(seed)
+    np.testing.assert_array_equal(g[2:], np.zeros(4))
+    np.testing.assert_array_equal(g[:2], np.ones(2))
+    assert np.all(la[2:] < math.log(-G / Z)) and np.all(la[:2] > math.log((1 - G) / (Z - 1)))
+
+
+def test_too_small_learning_rate_leaves_gates_open():
+    """Control for the docstring above: at lr = 0.01 the same 300 steps move the useless log_alpha from +3 only
+    to about -1.5, short of -2.4, so their test-time gates are still open (~0.1) although heading down."""
+    g, la, traj = train_gates(0, lr=0.01)
+    assert np.all(g[2:] > 0) and np.all(la[2:] < 0)
+    assert np.all(np.abs(np.diff(traj[:, 2:], axis=0)) < 0.05)  # Adam: each step moves about lr
