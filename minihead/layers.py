@@ -1,0 +1,248 @@
+"""Layers with hand-written backprop, CS231n style.
+
+Each ``*_forward`` returns ``(out, cache)``; each ``*_backward`` takes the upstream gradient and that
+cache and returns the input gradient(s) followed by the parameter gradients. Forwards use only
+out-of-place ``xp`` operations, so the test suite can run the very same code under autograd.numpy as an
+oracle. Shapes: B batch, T (Tq, Tk) time, d model width, H heads, dh = d / H, V vocabulary.
+"""
+import math
+
+from . import backend
+from .backend import xp
+
+NEG_INF = -1e9  # additive mask value; exp() of it is exactly 0 in float32 and float64
+
+
+# --------------------------------------------------------------------------- linear
+def linear_forward(x, W, b):
+    """y = x W + b.  x (..., din), W (din, dout), b (dout,)."""
+    y = x @ W + b                                            # (..., dout)
+    return y, (x, W)
+
+
+def linear_backward(dy, cache):
+    """dx = dy W^T, dW = sum_n x_n^T dy_n, db = sum_n dy_n."""
+    x, W = cache
+    dx = dy @ W.T                                            # (..., din)
+    x2 = x.reshape(-1, x.shape[-1])                          # (N, din)
+    dy2 = dy.reshape(-1, dy.shape[-1])                       # (N, dout)
+    return dx, x2.T @ dy2, dy2.sum(0)
+
+
+# --------------------------------------------------------------------------- embeddings
+def embedding_forward(ids, E, scale=1.0):
+    """y = scale * E[ids].  ids (B, T) int, E (V, d)."""
+    y = E[ids] * scale                                       # (B, T, d)
+    return y, (ids, E.shape, scale)
+
+
+def embedding_backward(dy, cache):
+    """dE[v] = scale * sum over positions with ids == v of dy."""
+    ids, shape, scale = cache
+    dE = xp.zeros(shape, dtype=dy.dtype)                     # (V, d)
+    backend.scatter_add(dE, ids.reshape(-1), dy.reshape(-1, shape[1]) * scale)
+    return dE
+
+
+def sinusoidal_positions(T, d, dtype="float32"):
+    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(...) (Vaswani et al. 2017, sec. 3.5)."""
+    pos = xp.arange(T, dtype="float64")[:, None]             # (T, 1)
+    inv = xp.exp(-math.log(10000.0) * xp.arange(0, d, 2, dtype="float64") / d)  # (d/2,)
+    ang = pos * inv                                          # (T, d/2)
+    pe = xp.stack([xp.sin(ang), xp.cos(ang)], axis=-1).reshape(T, -1)[:, :d]  # (T, d)
+    return pe.astype(dtype)
+
+
+# --------------------------------------------------------------------------- layer norm
+def layernorm_forward(x, g, b, eps=1e-6):
+    """y = g * (x - mean) / sqrt(var + eps) + b over the last axis (Ba et al. 2016)."""
+    mu = x.mean(-1, keepdims=True)                           # (..., 1)
+    xc = x - mu                                              # (..., d)
+    var = (xc * xc).mean(-1, keepdims=True)                  # (..., 1)
+    rstd = 1.0 / xp.sqrt(var + eps)                          # (..., 1)
+    xhat = xc * rstd                                         # (..., d)
+    y = xhat * g + b                                         # (..., d)
+    return y, (xc, xhat, rstd, g)
+
+
+def layernorm_backward(dy, cache):
+    """dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g dy; dg = sum dy xhat; db = sum dy."""
+    xc, xhat, rstd, g = cache
+    dxhat = dy * g                                           # (..., d)
+    dx = rstd * (dxhat - dxhat.mean(-1, keepdims=True)
+                 - xhat * (dxhat * xhat).mean(-1, keepdims=True))  # (..., d)
+    d = xhat.shape[-1]
+    dg = (dy * xhat).reshape(-1, d).sum(0)                   # (d,)
+    db = dy.reshape(-1, d).sum(0)                            # (d,)
+    return dx, dg, db
+
+
+# --------------------------------------------------------------------------- element-wise
+def relu_forward(x):
+    """y = max(x, 0)."""
+    y = xp.maximum(x, 0)
+    return y, x > 0
+
+
+def relu_backward(dy, cache):
+    """dx = dy * [x > 0]."""
+    return dy * cache
+
+
+def dropout_forward(x, p, rng):
+    """Inverted dropout: y = x * m / (1 - p), m ~ Bernoulli(1 - p) drawn from the seeded host ``rng``.
+
+    With ``p == 0`` or ``rng is None`` (evaluation) it is the identity and the cache is None."""
+    if p <= 0 or rng is None:
+        return x, None
+    keep = rng.random(x.shape, dtype="float32") >= p       # host draw: same seed, same mask on any backend
+    mask = backend.to_device(keep).astype(x.dtype) / (1.0 - p)  # (same as x)
+    return x * mask, mask
+
+
+def dropout_backward(dy, mask):
+    """dx = dy * m / (1 - p)."""
+    return dy if mask is None else dy * mask
+
+
+def residual_forward(x, fx):
+    """y = x + f(x): the residual connection."""
+    return x + fx, None
+
+
+def residual_backward(dy, cache):
+    """Both branches receive the upstream gradient unchanged: dx = dy, dfx = dy."""
+    return dy, dy
+
+
+# --------------------------------------------------------------------------- softmax and loss
+def softmax_forward(s, bias=None):
+    """p = exp(s + bias - max) / sum exp(...) over the last axis; ``bias`` is 0 or NEG_INF (masking)."""
+    if bias is not None:
+        s = s + bias
+    z = s - s.max(-1, keepdims=True)                         # (..., K) stabilised
+    e = xp.exp(z)                                            # (..., K)
+    p = e / e.sum(-1, keepdims=True)                         # (..., K)
+    return p, p
+
+
+def softmax_backward(dp, p):
+    """ds = p * (dp - sum_k dp_k p_k)."""
+    return p * (dp - (dp * p).sum(-1, keepdims=True))
+
+
+def log_softmax(s):
+    """log p = s - logsumexp(s) over the last axis."""
+    z = s - s.max(-1, keepdims=True)                         # (..., V)
+    return z - xp.log(xp.exp(z).sum(-1, keepdims=True))      # (..., V)
+
+
+def xent_forward(logits, targets, mask, smoothing=0.0):
+    """Label-smoothed cross-entropy averaged over real (unmasked) tokens (Szegedy et al. 2016).
+
+    q = (1 - eps) onehot(y) + eps / V;  loss = sum_n m_n (-sum_v q_nv log p_nv) / sum_n m_n.
+    logits (N, V), targets (N,) int, mask (N,) bool. Returns (loss, nll_sum, cache); ``nll_sum`` is the
+    unsmoothed negative log-likelihood summed over real tokens (for perplexity and reporting)."""
+    N, V = logits.shape
+    logp = log_softmax(logits)                               # (N, V)
+    w = mask.astype(logits.dtype)                            # (N,)
+    n_real = xp.maximum(w.sum(), 1.0)
+    nll = -logp[xp.arange(N), targets]                       # (N,)
+    smooth = -logp.mean(-1)                                  # (N,) = -sum_v (1/V) log p_v
+    per_tok = (1.0 - smoothing) * nll + smoothing * smooth   # (N,)
+    loss = (per_tok * w).sum() / n_real
+    return loss, (nll * w).sum(), (logp, targets, w, n_real, smoothing)
+
+
+def xent_backward(cache):
+    """dlogits_n = m_n (softmax(logits_n) - q_n) / sum m."""
+    logp, targets, w, n_real, smoothing = cache
+    N, V = logp.shape
+    q = xp.full((N, V), smoothing / V, dtype=logp.dtype)     # (N, V)
+    q[xp.arange(N), targets] += 1.0 - smoothing
+    return (xp.exp(logp) - q) * (w / n_real)[:, None]        # (N, V)
+
+
+# --------------------------------------------------------------------------- feed-forward
+def ffn_forward(x, p, drop, rng):
+    """FFN(x) = relu(x W1 + b1) W2 + b2, dropout after the ReLU (as in tensor2tensor)."""
+    h, c1 = linear_forward(x, p["W1"], p["b1"])              # (B, T, d_ff)
+    a, cr = relu_forward(h)                                  # (B, T, d_ff)
+    a_d, cd = dropout_forward(a, drop, rng)                  # (B, T, d_ff)
+    y, c2 = linear_forward(a_d, p["W2"], p["b2"])            # (B, T, d)
+    return y, {"lin1": c1, "relu": cr, "drop": cd, "lin2": c2, "h": h, "a": a_d}
+
+
+def ffn_backward(dy, c):
+    da_d, dW2, db2 = linear_backward(dy, c["lin2"])
+    dh = relu_backward(dropout_backward(da_d, c["drop"]), c["relu"])
+    dx, dW1, db1 = linear_backward(dh, c["lin1"])
+    return dx, {"W1": dW1, "b1": db1, "W2": dW2, "b2": db2}
+
+
+# --------------------------------------------------------------------------- attention
+def attention_bias(key_mask, causal_T=None, dtype="float32"):
+    """Additive mask (B, 1, Tq|1, Tk): NEG_INF on padded keys and, if causal, on future positions."""
+    bias = xp.where(key_mask[:, None, None, :], 0.0, NEG_INF).astype(dtype)  # (B, 1, 1, Tk)
+    if causal_T is not None:
+        fut = xp.triu(xp.ones((causal_T, causal_T), dtype=bool), k=1)         # (T, T) True above diagonal
+        bias = bias + xp.where(fut, NEG_INF, 0.0).astype(dtype)[None, None]  # (B, 1, T, T)
+    return bias
+
+
+def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
+
+    head_h = softmax(Q_h K_h^T / sqrt(dh) + bias) V_h;  out = concat_h(g_h head_h) W^O + b^O.
+    xq (B, Tq, d), xkv (B, Tk, d); ``gate`` (H,) multiplies each head's output before W^O (Voita et
+    al. 2019, sec. 6). All heads in batched matrix products. The cache exposes, for analysis, ``A`` the
+    attention weights (B, H, Tq, Tk) and ``Z`` each head's output before gating and W^O (B, H, Tq, dh)."""
+    B, Tq, d = xq.shape
+    Tk = xkv.shape[1]
+    H, dh = n_heads, d // n_heads
+    q, cq = linear_forward(xq, p["Wq"], p["bq"])              # (B, Tq, d)
+    k, ck = linear_forward(xkv, p["Wk"], p["bk"])             # (B, Tk, d)
+    v, cv = linear_forward(xkv, p["Wv"], p["bv"])             # (B, Tk, d)
+    Q = q.reshape(B, Tq, H, dh).transpose((0, 2, 1, 3))        # (B, H, Tq, dh)
+    K = k.reshape(B, Tk, H, dh).transpose((0, 2, 1, 3))        # (B, H, Tk, dh)
+    Vh = v.reshape(B, Tk, H, dh).transpose((0, 2, 1, 3))       # (B, H, Tk, dh)
+    scale = 1.0 / math.sqrt(dh)
+    S = (Q @ K.transpose((0, 1, 3, 2))) * scale                # (B, H, Tq, Tk)
+    A, _ = softmax_forward(S, bias)                          # (B, H, Tq, Tk)
+    A_d, c_drop = dropout_forward(A, attn_drop, rng)         # (B, H, Tq, Tk)
+    Z = A_d @ Vh                                             # (B, H, Tq, dh) head outputs
+    Zg = Z if gate is None else Z * gate[None, :, None, None]  # (B, H, Tq, dh)
+    concat = Zg.transpose((0, 2, 1, 3)).reshape(B, Tq, d)      # (B, Tq, d)
+    out, co = linear_forward(concat, p["Wo"], p["bo"])        # (B, Tq, d)
+    cache = {"q": cq, "k": ck, "v": cv, "Q": Q, "K": K, "V": Vh, "A": A, "drop": c_drop, "A_d": A_d,
+             "Z": Z, "gate": gate, "concat": concat, "o": co, "scale": scale, "H": H}
+    return out, cache
+
+
+def mha_backward(dout, c):
+    """Backward of :func:`mha_forward`. Returns (dxq, dxkv, grads, dgate); dgate is None without a gate."""
+    H, scale, gate = c["H"], c["scale"], c["gate"]
+    B, Tq, d = dout.shape
+    dh = d // H
+    dconcat, dWo, dbo = linear_backward(dout, c["o"])        # (B, Tq, d)
+    dZg = dconcat.reshape(B, Tq, H, dh).transpose((0, 2, 1, 3))  # (B, H, Tq, dh)
+    if gate is None:
+        dZ, dgate = dZg, None
+    else:
+        dZ = dZg * gate[None, :, None, None]                 # (B, H, Tq, dh)
+        dgate = (dZg * c["Z"]).sum(axis=(0, 2, 3))           # (H,)
+    dA_d = dZ @ c["V"].transpose((0, 1, 3, 2))                 # (B, H, Tq, Tk)
+    dV = c["A_d"].transpose((0, 1, 3, 2)) @ dZ                 # (B, H, Tk, dh)
+    dA = dropout_backward(dA_d, c["drop"])                   # (B, H, Tq, Tk)
+    dS = softmax_backward(dA, c["A"]) * scale                # (B, H, Tq, Tk)
+    dQ = dS @ c["K"]                                         # (B, H, Tq, dh)
+    dK = dS.transpose((0, 1, 3, 2)) @ c["Q"]                   # (B, H, Tk, dh)
+    Tk = dK.shape[2]
+    dq = dQ.transpose((0, 2, 1, 3)).reshape(B, Tq, d)          # (B, Tq, d)
+    dk = dK.transpose((0, 2, 1, 3)).reshape(B, Tk, d)          # (B, Tk, d)
+    dv = dV.transpose((0, 2, 1, 3)).reshape(B, Tk, d)          # (B, Tk, d)
+    dxq, dWq, dbq = linear_backward(dq, c["q"])
+    dxk, dWk, dbk = linear_backward(dk, c["k"])
+    dxv, dWv, dbv = linear_backward(dv, c["v"])
+    grads = {"Wq": dWq, "bq": dbq, "Wk": dWk, "bk": dbk, "Wv": dWv, "bv": dbv, "Wo": dWo, "bo": dbo}
+    return dxq, dxk + dxv, grads, dgate

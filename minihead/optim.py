@@ -1,0 +1,62 @@
+"""Adam (Kingma & Ba 2015) with the inverse-square-root warm-up of Vaswani et al. 2017 (eq. 3),
+and gradient clipping by global norm (Pascanu et al. 2013)."""
+import math
+
+from .backend import xp
+
+
+def noam_lr(step, d_model, warmup=4000, factor=1.0):
+    """lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (Vaswani et al. 2017, eq. 3)."""
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def clip_grad_norm(grads, max_norm):
+    """Scale all gradients in place so their global L2 norm is at most ``max_norm``; returns the norm before."""
+    norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+    if max_norm and norm > max_norm:
+        s = max_norm / (norm + 1e-12)
+        for g in grads.values():
+            g *= s
+    return norm
+
+
+class Adam:
+    """m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr * m_hat / (sqrt(v_hat) + eps).
+
+    ``names`` restricts the update to some parameters (e.g. only the gates' log_alpha, decoder frozen)."""
+
+    def __init__(self, params, betas=(0.9, 0.98), eps=1e-9, names=None):
+        self.b1, self.b2, self.eps = betas[0], betas[1], eps
+        self.names = sorted(params) if names is None else sorted(names)
+        self.m = {k: xp.zeros_like(params[k]) for k in self.names}
+        self.v = {k: xp.zeros_like(params[k]) for k in self.names}
+        self.t = 0
+
+    def step(self, params, grads, lr):
+        self.t += 1
+        c1 = 1.0 - self.b1 ** self.t
+        c2 = 1.0 - self.b2 ** self.t
+        for k in self.names:
+            g = grads.get(k)
+            if g is None:
+                continue
+            m, v = self.m[k], self.v[k]
+            m *= self.b1
+            m += (1.0 - self.b1) * g
+            v *= self.b2
+            v += (1.0 - self.b2) * g * g
+            params[k] -= (lr / c1) * m / (xp.sqrt(v / c2) + self.eps)
+
+    def state_arrays(self):
+        """Flat dict of arrays for a checkpoint (no pickle)."""
+        out = {f"adam.m.{k}": self.m[k] for k in self.names}
+        out.update({f"adam.v.{k}": self.v[k] for k in self.names})
+        out["adam.t"] = xp.asarray(self.t)
+        return out
+
+    def load_state_arrays(self, arrays):
+        for k in self.names:
+            self.m[k][...] = arrays[f"adam.m.{k}"]
+            self.v[k][...] = arrays[f"adam.v.{k}"]
+        self.t = int(arrays["adam.t"])
