@@ -114,8 +114,8 @@ def _rows(maps):
 def confidence(maps):
     """Confidence of each head: the mean over query tokens of its largest attention weight.
 
-    Voita et al. 2019, sec. 4.2: "the average of its maximum attention weight excluding the end of
-    sentence symbol". Here EOS is left out on both sides, because the caller strips its row and its
+    Voita et al. 2019, sec. 4 (important heads): the head's maximum attention weight averaged over
+    the tokens of the dev set, the end-of-sentence symbol excluded. Here EOS is left out on both sides, because the caller strips its row and its
     column; the rows are not renormalised, so weight a head puts on EOS lowers its confidence. The
     mean is pooled over all query tokens of all sentences (long sentences weigh more).
     Returns (L, H).
@@ -406,6 +406,8 @@ def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_t
         for lh in positional_heads(shares, positional_threshold):
             roles[lh].add("positional")
     if acc:
+        if baseline is None:
+            raise RolesError("classify_heads: acc given without its baseline")
         for heads in syntactic_heads(acc, baseline, margin).values():
             for lh in heads:
                 roles[lh].add("syntactic")
