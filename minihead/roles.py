@@ -54,9 +54,16 @@ class RolesError(DataError):
 
 
 def _where(i, sentence=None):
-    """'sentence 12 (id weblog-3)' for error messages."""
-    sid = getattr(sentence, "sent_id", None) if sentence is not None else None
-    return f"sentence {i}" + (f" (id {sid})" if sid else "")
+    """'sentence 12 (id weblog-3, line 40)' for error messages: the index, plus the sentence's
+    ``meta["sent_id"]`` and first source line when the tree comes from ``read_conllu``."""
+    extra = []
+    meta = getattr(sentence, "meta", None) or {}
+    if meta.get("sent_id"):
+        extra.append(f"id {meta['sent_id']}")
+    lines = getattr(sentence, "line_numbers", None)
+    if lines:
+        extra.append(f"line {lines[0]}")
+    return f"sentence {i}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,8 +201,9 @@ def dependency_arcs(sentences, relations=RELATIONS, match="exact"):
                              f"and {len(sent.deprels)} deprels")
         for i, (head, deprel) in enumerate(zip(sent.heads, sent.deprels)):
             if not 0 <= head <= n:
-                raise RolesError(f"trees, {_where(s, sent)}, word {i + 1}: head {head} outside "
-                                 f"0..{n}")
+                lines = getattr(sent, "line_numbers", None)
+                at = f"line {lines[i]}" if lines else f"word {i + 1}"
+                raise RolesError(f"trees, {_where(s, sent)}, {at}: head {head} outside 0..{n}")
             rel = _label(deprel, match)
             if rel in wanted and head != 0:
                 arcs[(rel, "head->dep")].append((s, head - 1, i))

@@ -13,22 +13,31 @@ from minihead import backend, roles
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REALDATA = pathlib.Path(os.environ.get("MINIHEAD_REALDATA", ROOT.parent / "shared" / "realdata"))
 
-try:  # the project's CoNLL-U loader, once it exists; a duck-typed stand-in until then
-    from minihead.data.conllu_io import Sentence as _ProjectSentence
+try:  # the project's CoNLL-U loader; a duck-typed stand-in where it is missing
+    from minihead.data import conllu_io
 except ImportError:
-    _ProjectSentence = None
+    conllu_io = None
 
 
 @dataclass
-class StandIn:
+class _StandIn:
     """The fields of minihead.data.conllu_io.Sentence that roles.py reads."""
     tokens: list
     heads: list
     deprels: list
-    sent_id: str = field(default="")
+    meta: dict = field(default_factory=dict)
 
     def rel(self, i):
         return self.deprels[i].split(":")[0]
+
+
+def StandIn(tokens, heads, deprels, sent_id=""):
+    """A gold tree: the project's Sentence when it imports, else the stand-in."""
+    meta = {"sent_id": sent_id} if sent_id else {}
+    if conllu_io is not None:
+        return conllu_io.Sentence(list(tokens), list(heads), list(deprels), ["_"] * len(tokens),
+                                  meta=meta)
+    return _StandIn(list(tokens), list(heads), list(deprels), meta)
 
 
 def host(a):
@@ -225,6 +234,9 @@ def test_tree_map_mismatch_raises():
     bad = StandIn(["a", "b"], [0, 7], ["root", "obj"], sent_id="x-1")
     with pytest.raises(roles.RolesError, match=r"sentence 0 \(id x-1\), word 2: head 7"):
         roles.dependency_arcs([bad])
+    bad.line_numbers = [5, 6]               # a tree read from a file names its source line
+    with pytest.raises(roles.RolesError, match=r"sentence 0 \(id x-1, line 5\), line 6: head 7"):
+        roles.dependency_arcs([bad])
 
 
 # ---------------------------------------------------------------------------- rare words
@@ -390,12 +402,9 @@ def test_plots_draw(monkeypatch):
 # ---------------------------------------------------------------------------- real data
 
 def read_ewt(path):
-    """EWT trees: the project loader when it exists, else conllu (multiword and empty nodes out)."""
-    if _ProjectSentence is not None:
-        from minihead.data import conllu_io
-        for name in ("read_conllu", "load_conllu", "read", "load"):
-            if hasattr(conllu_io, name):
-                return list(getattr(conllu_io, name)(path))
+    """EWT trees: the project loader, else conllu directly (multiword and empty nodes out)."""
+    if conllu_io is not None:
+        return conllu_io.read_conllu(path)
     conllu = pytest.importorskip("conllu")
     sents = []
     with open(path, encoding="utf-8") as f:
