@@ -105,4 +105,20 @@ def scatter_add(target, index, values):
     return target
 
 
+def save_npz(fileobj, arrays):
+    """Write a dict of arrays (moved to the host) to an open binary file as an uncompressed .npz."""
+    _np.savez(fileobj, **{k: to_host(v) for k, v in arrays.items()})
+
+
+def load_npz(path):
+    """Read an .npz into a dict of host arrays, never unpickling (``allow_pickle=False``)."""
+    with _np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def host_array(values, dtype=None):
+    """A host (NumPy) array of plain values: strings, ints, for checkpoint metadata."""
+    return _np.asarray(values, dtype=dtype)
+
+
 use(os.environ.get("MINIHEAD_BACKEND", "numpy").strip().lower() or "numpy")

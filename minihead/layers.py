@@ -16,16 +16,17 @@ NEG_INF = -1e9  # additive mask value; exp() of it is exactly 0 in float32 and f
 # --------------------------------------------------------------------------- linear
 def linear_forward(x, W, b):
     """y = x W + b.  x (..., din), W (din, dout), b (dout,)."""
-    y = x @ W + b                                            # (..., dout)
+    x2 = x.reshape(-1, x.shape[-1])                          # (N, din): one GEMM, not a batch of small ones
+    y = (x2 @ W + b).reshape(x.shape[:-1] + (W.shape[1],))   # (..., dout)
     return y, (x, W)
 
 
 def linear_backward(dy, cache):
     """dx = dy W^T, dW = sum_n x_n^T dy_n, db = sum_n dy_n."""
     x, W = cache
-    dx = dy @ W.T                                            # (..., din)
     x2 = x.reshape(-1, x.shape[-1])                          # (N, din)
     dy2 = dy.reshape(-1, dy.shape[-1])                       # (N, dout)
+    dx = (dy2 @ W.T).reshape(x.shape)                        # (..., din)
     return dx, x2.T @ dy2, dy2.sum(0)
 
 
