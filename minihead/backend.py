@@ -12,12 +12,14 @@ import os
 
 import numpy as _np
 
+from .errors import MiniheadError
+
 FLOAT_TRAIN = "float32"   # dtype for training and inference
 FLOAT_CHECK = "float64"   # dtype for gradient checks and LRP conservation tests
 BACKENDS = ("numpy", "cupy")
 
 
-class BackendError(RuntimeError):
+class BackendError(MiniheadError, RuntimeError):
     """An unknown backend was asked for, or CuPy cannot run here."""
 
 

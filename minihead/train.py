@@ -1,0 +1,166 @@
+"""Training: batches, Adam with warm-up, periodic dev BLEU, early stopping, exact resume.
+
+Determinism: the batch list is cut once (sorted by length), its order is shuffled per epoch with a
+generator seeded by (seed, epoch), and dropout draws from one generator whose state is checkpointed;
+so the same seed gives the same loss curve, and resuming from ``last.npz`` continues bit for bit.
+"""
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Optional
+
+from . import backend, checkpoint
+from .data.vocab import Vocab, batches, frequencies
+from .evaluate import bleu
+from .model import Config, init_params, loss_and_grads
+from .optim import Adam, clip_grad_norm, noam_lr
+
+
+@dataclass
+class TrainConfig:
+    max_tokens: int = 3000        # padded source + target tokens per batch
+    warmup: int = 800
+    lr_factor: float = 2.0        # lr = factor * d^-0.5 * min(step^-0.5, step warmup^-1.5)
+    max_steps: int = 4000
+    eval_every: int = 500         # steps between dev BLEU evaluations (and last.npz saves)
+    patience: int = 3             # stop after this many evaluations without a better dev BLEU
+    clip: float = 1.0
+    seed: int = 1
+    dev_bleu_sentences: int = 300  # dev BLEU on the first N dev sentences (greedy), for speed
+    n_train: Optional[int] = None  # use only the first N training pairs (quick runs)
+
+    def to_dict(self):
+        return asdict(self)
+
+
+PRESETS = {
+    # for tests and CI: a couple of minutes at most on 2 cores
+    "quick": (dict(n_enc_layers=2, n_dec_layers=2, n_heads=4, d_model=64, d_ff=128, dropout=0.1),
+              dict(max_steps=400, eval_every=200, n_train=6000, max_tokens=2000, warmup=200,
+                   dev_bleu_sentences=200, patience=2)),
+    # the chapters' model: 6 x 4 heads per attention type
+    "default": (dict(n_enc_layers=6, n_dec_layers=6, n_heads=4, d_model=128, d_ff=256, dropout=0.1),
+                dict(max_steps=3000, eval_every=500, max_tokens=3000, warmup=800)),
+}
+
+
+def preset(name, vocab_size, **overrides):
+    """(model Config, TrainConfig) of a named preset; overrides go to whichever has the field."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown configuration {name!r}; choose one of {', '.join(PRESETS)}")
+    m, t = PRESETS[name]
+    cfg, tcfg = Config(vocab_size=vocab_size, **m), TrainConfig(**t)
+    for k, v in overrides.items():
+        if hasattr(tcfg, k):
+            tcfg = replace(tcfg, **{k: v})
+        elif hasattr(cfg, k):
+            cfg = replace(cfg, **{k: v})
+        else:
+            raise ValueError(f"unknown setting {k!r}")
+    return cfg, tcfg
+
+
+@dataclass
+class Corpus:
+    """Token lists of the splits and the joint vocabulary built on the training pairs."""
+    vocab: Vocab
+    train_src: list
+    train_tgt: list
+    dev_src: list
+    dev_tgt: list
+    src_freq: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, train_pairs, dev_pairs, n_train=None, vocab=None):
+        train_pairs = train_pairs[:n_train] if n_train else train_pairs
+        src, tgt = [s for s, _ in train_pairs], [t for _, t in train_pairs]
+        vocab = vocab or Vocab.build(src + tgt)
+        return cls(vocab, src, tgt, [s for s, _ in dev_pairs], [t for _, t in dev_pairs], frequencies(src))
+
+
+@dataclass
+class TrainResult:
+    params: dict
+    cfg: Config
+    vocab: Vocab
+    history: list
+    best_path: str
+    last_path: str
+    best_bleu: float
+
+
+def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=0.0, n_acc=0):
+    return {"train": tcfg.to_dict(), "step": step, "epoch": epoch, "batch_pos": batch_pos,
+            "history": history, "best_bleu": best_bleu, "bad_evals": bad_evals,
+            "loss_acc": loss_acc, "n_acc": n_acc}
+
+
+def dev_bleu(params, cfg, corpus, n):
+    from .translate import translate
+    hyps = translate(params, cfg, corpus.vocab, corpus.dev_src[:n])
+    return bleu(hyps, corpus.dev_tgt[:n])
+
+
+def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=None, log=print):
+    """Train (or resume from ``out_dir/last.npz``); writes ``last.npz`` every ``eval_every`` steps and
+    ``best.npz`` on each new best dev BLEU. ``stop_after`` ends this call after that many steps (to
+    simulate an interruption). Returns a TrainResult."""
+    from tqdm.auto import tqdm
+    last_path, best_path = os.path.join(out_dir, "last.npz"), os.path.join(out_dir, "best.npz")
+    vocab = corpus.vocab
+    src_ids = [vocab.encode(s) for s in corpus.train_src]
+    tgt_ids = [vocab.encode(t) for t in corpus.train_tgt]
+    all_batches = list(batches(src_ids, tgt_ids, tcfg.max_tokens))
+    gen = backend.rng(tcfg.seed)
+    if resume:
+        ck = checkpoint.load(last_path, expect_cfg=cfg)
+        params, m = ck.params, ck.meta
+        opt = Adam(params)
+        ck.restore_optimizer(opt)
+        ck.restore_rng(gen)
+        step, epoch, pos = m["step"], m["epoch"], m["batch_pos"]
+        history, best, bad = m["history"], m["best_bleu"], m["bad_evals"]
+        loss_acc, n_acc = m["loss_acc"], m["n_acc"]
+    else:
+        params = init_params(cfg, seed=tcfg.seed)
+        opt = Adam(params)
+        step, epoch, pos, history, best, bad = 0, 0, 0, [], -1.0, 0
+        loss_acc, n_acc = 0.0, 0
+    order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
+    bar = tqdm(total=tcfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
+    t0, tok, run_steps = time.time(), 0, 0
+    stopped = False
+    while step < tcfg.max_steps and not stopped:
+        if pos >= len(order):
+            epoch, pos = epoch + 1, 0
+            order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
+        b = all_batches[int(order[pos])]
+        pos += 1
+        loss, grads, _ = loss_and_grads(params, cfg, b, rng=gen)
+        clip_grad_norm(grads, tcfg.clip)
+        step += 1
+        opt.step(params, grads, noam_lr(step, cfg.d_model, tcfg.warmup, tcfg.lr_factor))
+        loss_acc, n_acc, tok, run_steps = loss_acc + float(loss), n_acc + 1, tok + b.n_tokens, run_steps + 1
+        bar.update(1)
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss_acc / n_acc:.3f}", tok_s=f"{tok / (time.time() - t0):.0f}")
+        if step % tcfg.eval_every == 0 or step == tcfg.max_steps:
+            score = dev_bleu(params, cfg, corpus, tcfg.dev_bleu_sentences)
+            history.append({"step": step, "epoch": epoch, "loss": loss_acc / n_acc, "dev_bleu": score})
+            loss_acc, n_acc = 0.0, 0
+            bar.write(f"step {step}: train loss {history[-1]['loss']:.3f}, dev BLEU {score:.2f}") if progress else None
+            if score > best:
+                best, bad = score, 0
+                checkpoint.save(best_path, params, cfg, vocab, meta=_meta(tcfg, step, epoch, pos, history, best, bad))
+            else:
+                bad += 1
+            checkpoint.save(last_path, params, cfg, vocab, opt, gen, _meta(tcfg, step, epoch, pos, history, best, bad))
+            if bad >= tcfg.patience:
+                log(f"early stop at step {step}: no dev BLEU gain in {bad} evaluations") if progress else None
+                stopped = True
+        if stop_after is not None and run_steps >= stop_after:
+            checkpoint.save(last_path, params, cfg, vocab, opt, gen,
+                            _meta(tcfg, step, epoch, pos, history, best, bad, loss_acc, n_acc))
+            break
+    bar.close()
+    return TrainResult(params, cfg, vocab, history, best_path, last_path, best)
