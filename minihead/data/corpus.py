@@ -1,0 +1,71 @@
+"""Parallel text loading with file-and-line error messages, and the shipped data_small set."""
+import pathlib
+
+from ..errors import DataError
+from .conllu_io import check_tokens_match, read_conllu
+
+SPLITS = ("train", "dev", "test")
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def read_lines(path):
+    """Lines of a UTF-8 text file without line ends; invalid UTF-8 is reported with its line."""
+    data = pathlib.Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line does not start another
+    return [ln.rstrip("\r") for ln in lines]
+
+
+def read_parallel(src_path, tgt_path, tokenize=None):
+    """Aligned (source tokens, target tokens) pairs, line i of one file with line i of the other.
+
+    ``tokenize``: a function line -> tokens (e.g. :func:`minihead.data.bpe.tokenize`); default
+    whitespace split. Raises DataError for different line counts (both counts given), an empty
+    line on either side (file and line named) or invalid UTF-8.
+    """
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+                        f"parallel files must have one line per sentence pair")
+    split = tokenize or str.split
+    pairs = []
+    for k, (s, t) in enumerate(zip(src, tgt), start=1):
+        s_tok, t_tok = split(s), split(t)
+        for path, toks, other in ((src_path, s_tok, tgt_path), (tgt_path, t_tok, src_path)):
+            if not toks:
+                raise DataError(f"{path}:{k}: empty line (its pair is line {k} of {other})")
+        pairs.append((s_tok, t_tok))
+    return pairs
+
+
+def _resolve(root):
+    """A relative root that does not exist from the working directory is taken from the repository
+    root, so notebooks running in chapters/ find data_small too."""
+    root = pathlib.Path(root)
+    if not root.is_absolute() and not root.exists() and (REPO_ROOT / root).exists():
+        return REPO_ROOT / root
+    return root
+
+
+def load_data_small(root="data_small"):
+    """The shipped synthetic set: ``(splits, trees)`` with ``splits[name] = (src token lists,
+    tgt token lists)`` for train / dev / test and ``trees[name]`` the gold
+    :class:`~minihead.data.conllu_io.Sentence` list of dev / test, checked against the text."""
+    root = _resolve(root)
+    if not (root / "train.src").exists():
+        raise DataError(f"{root}: no train.src here; generate the data with "
+                        f"`python -m minihead.data.synth --out {root}`")
+    splits, trees = {}, {}
+    for name in SPLITS:
+        pairs = read_parallel(root / f"{name}.src", root / f"{name}.tgt")
+        splits[name] = ([s for s, _ in pairs], [t for _, t in pairs])
+    for name in ("dev", "test"):
+        trees[name] = read_conllu(root / f"{name}.conllu")
+        check_tokens_match(trees[name], splits[name][0], root / f"{name}.conllu", root / f"{name}.src")
+    return splits, trees
