@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from . import backend
 from .backend import xp
+from .errors import MiniheadError
 
 # Initial log_alpha for gates that start open. The official code initialises log_a with TF's default
 # glorot-uniform (|log_a| < ~0.6 for 8 heads), which starts every test-time gate near 0.5 and each training
@@ -36,7 +37,7 @@ LOG_ALPHA_OPEN = 3.0
 REDUCTIONS = ("sum", "layer_mean")
 
 
-class GateError(ValueError):
+class GateError(MiniheadError, ValueError):
     """Bad gate hyperparameters, noise outside (0, 1), or an unknown penalty reduction."""
 
 
@@ -179,23 +180,31 @@ class HardConcrete:
 def l0_total(penalties, reduction="sum"):
     """Combine per-layer P(g != 0) arrays into the scalar L_C of the loss  CE + lambda L_C.
 
+    ``penalties``: a list of per-layer arrays (H_l,) (layers of several attention types may be concatenated
+    into one list), or one (L, H) array, whose rows are the layers; the backward returns the same structure.
     reduction="sum": L_C = sum_l sum_h p_lh (Voita et al. eq. 6, the paper).
     reduction="layer_mean": L_C = (1 / L) sum_l sum_h p_lh, the official code's mean over gated layers of
     per-layer sums (problems/concrete.py), so its lambda is about L times the paper's."""
     if reduction not in REDUCTIONS:
         raise GateError(f"l0_total: reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
-    penalties = list(penalties)
-    if not penalties:
+    as_array = hasattr(penalties, "ndim")
+    if as_array and penalties.ndim != 2:
+        raise GateError(f"l0_total: an array of penalties must be (L, H), got shape {penalties.shape}")
+    layers = list(penalties)
+    if not layers:
         raise GateError("l0_total: need at least one layer's penalties, got an empty list")
-    layer_sums = [xp.sum(p) for p in penalties]                   # L scalars
+    layer_sums = [xp.sum(p) for p in layers]                      # L scalars
     total = sum(layer_sums[1:], layer_sums[0])                     # () sum over layers
-    scale = 1.0 if reduction == "sum" else 1.0 / len(penalties)
+    scale = 1.0 if reduction == "sum" else 1.0 / len(layers)
     total = total * scale                                          # ()
-    cache = ([(p.shape, p.dtype) for p in penalties], scale)
+    shapes = [(penalties.shape, penalties.dtype)] if as_array else [(p.shape, p.dtype) for p in layers]
+    cache = (shapes, scale, as_array)
     return total, cache
 
 
 def l0_total_backward(dtotal, cache):
-    """d L_C / d p_lh = scale (1 for "sum", 1 / L for "layer_mean"), for every head of every layer."""
-    shapes, scale = cache
-    return [xp.full(shape, float(dtotal) * scale, dtype=dtype) for shape, dtype in shapes]  # list of (H_l,)
+    """d L_C / d p_lh = scale (1 for "sum", 1 / L for "layer_mean"), for every head of every layer.
+    Returns a list of (H_l,) arrays, or one (L, H) array if l0_total was given one."""
+    shapes, scale, as_array = cache
+    dps = [xp.full(shape, float(dtotal) * scale, dtype=dtype) for shape, dtype in shapes]  # list of (H_l,)
+    return dps[0] if as_array else dps
