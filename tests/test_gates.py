@@ -82,6 +82,11 @@ def test_sample_backward_matches_autograd_with_broadcast_noise():
     analytic = HC.sample_backward(dg, cache)
     assert analytic.shape == la.shape
     np.testing.assert_allclose(analytic, expected, rtol=1e-10, atol=1e-300)
+    # log_alpha with a size-1 axis, like the official code's (1, H, 1, 1): summed there too, shape kept
+    _, cache_k = HC.sample_forward(la[None, :], u)
+    analytic_k = HC.sample_backward(dg, cache_k)
+    assert analytic_k.shape == (1, 6)
+    np.testing.assert_allclose(analytic_k[0], expected, rtol=1e-10, atol=1e-300)
 
 
 def test_sample_backward_is_exactly_zero_where_clipped():
