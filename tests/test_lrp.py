@@ -1,0 +1,386 @@
+"""Layer-wise relevance propagation (minihead/lrp.py), float64.
+
+Each fast (vectorised) rule is checked against a textbook version written with explicit Python loops
+over i and j; LRP-0 on a bias-free ReLU network against gradient x input; conservation layer by layer on
+toy encoder-decoders with every bias and LayerNorm beta zero; the head relevances against the relevance
+of their attention sublayer; per-position starts against all-at-once.
+"""
+import itertools
+from types import SimpleNamespace
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+from minihead import backend, lrp, model
+from minihead.layers import mha_forward
+
+F64 = "float64"
+
+
+def sgn(z):
+    return 1.0 if z >= 0 else -1.0
+
+
+def toy_batch(gen, V, B=3, S=6, T=5):
+    """Random tokens with padding on both sides (sentence 0 has 4 source tokens, sentence 2 has 3 target)."""
+    src = gen.integers(4, V, (B, S))
+    src_mask = np.ones((B, S), bool)
+    src_mask[0, 4:] = False
+    src[0, 4:] = 0
+    tgt_in = gen.integers(4, V, (B, T))
+    tgt_out = gen.integers(4, V, (B, T))
+    tgt_mask = np.ones((B, T), bool)
+    tgt_mask[2, 3:] = False
+    tgt_in[2, 3:] = tgt_out[2, 3:] = 0
+    return SimpleNamespace(src=src, src_mask=src_mask, tgt_in=tgt_in, tgt_out=tgt_out, tgt_mask=tgt_mask)
+
+
+def toy_model(pre_norm=True, shared=True, biases=False, seed=3, layers=2, heads=2):
+    """A float64 toy model with random LayerNorm gains; biases and betas random if ``biases`` else zero."""
+    cfg = model.Config(vocab_size=23, n_enc_layers=layers, n_dec_layers=layers, n_heads=heads, d_model=8,
+                       d_ff=12, dropout=0.1, shared_embeddings=shared, pre_norm=pre_norm, dtype=F64)
+    params = model.init_params(cfg, seed)
+    gen = np.random.default_rng(seed + 100)
+    for k in params:
+        if k.endswith(".g"):
+            params[k] = params[k] + gen.normal(0, 0.3, params[k].shape)
+        elif biases and k.endswith((".b", "b1", "b2", ".bq", ".bk", ".bv", ".bo")):
+            params[k] = params[k] + gen.normal(0, 0.1, params[k].shape)
+    return cfg, params
+
+
+# ----------------------------------------------------------------------------- rules vs loops
+def slow_epsilon(x, W, b, R, eps):
+    N, din = x.shape
+    dout = W.shape[1]
+    out = np.zeros_like(x)
+    for n in range(N):
+        for j in range(dout):
+            z = sum(x[n, i] * W[i, j] for i in range(din)) + b[j]
+            den = z + eps * sgn(z)
+            if den == 0:
+                continue
+            for i in range(din):
+                out[n, i] += x[n, i] * W[i, j] * R[n, j] / den
+    return out
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-2])
+def test_linear_epsilon_matches_loops(eps):
+    """R_i = sum_j x_i w_ij R_j / (z_j + eps sign z_j), z_j = sum_i x_i w_ij + b_j; with an input row of
+    zeros and b = 0 (z = 0) the relevance is dropped, not NaN."""
+    g = np.random.default_rng(0)
+    x, W, b, R = g.normal(size=(4, 5)), g.normal(size=(5, 3)), g.normal(size=3), g.normal(size=(4, 3))
+    fast = lrp.linear_epsilon(x, W, b, None, R, eps)
+    assert np.allclose(fast, slow_epsilon(x, W, b, R, eps), atol=1e-12)
+    x[1] = 0.0
+    fast = lrp.linear_epsilon(x, W, 0 * b, None, R, eps)
+    assert np.isfinite(fast).all() and np.allclose(fast, slow_epsilon(x, W, 0 * b, R, eps), atol=1e-12)
+    # z from the forward pass gives the same as recomputing it
+    assert np.allclose(lrp.linear_epsilon(x, W, b, x @ W + b, R, eps), lrp.linear_epsilon(x, W, b, None, R, eps))
+
+
+@pytest.mark.parametrize("alpha,beta,conv", [(0.5, 0.5, "sum"), (2.0, 1.0, "difference"), (1.0, 0.0, "sum")])
+def test_linear_alphabeta_matches_loops(alpha, beta, conv):
+    """'sum': R_i = sum_j (a z+_ij / z+_j + b z-_ij / z-_j) R_j; 'difference': ... - b z-_ij / z-_j ...;
+    z+_j = sum_i max(x_i w_ij, 0) + max(b_j, 0), z-_j likewise with min."""
+    g = np.random.default_rng(1)
+    x, W, b, R = g.normal(size=(4, 5)), g.normal(size=(5, 3)), g.normal(size=3), g.normal(size=(4, 3))
+    eps = 1e-9
+    slow = np.zeros_like(x)
+    s = 1.0 if conv == "sum" else -1.0
+    for n in range(4):
+        for j in range(3):
+            zij = [x[n, i] * W[i, j] for i in range(5)]
+            zp = sum(max(z, 0) for z in zij) + max(b[j], 0) + eps
+            zn = sum(min(z, 0) for z in zij) + min(b[j], 0) - eps
+            for i in range(5):
+                slow[n, i] += (alpha * max(zij[i], 0) / zp + s * beta * min(zij[i], 0) / zn) * R[n, j]
+    fast = lrp.linear_alphabeta(x, W, b, None, R, alpha, beta, conv, eps)
+    assert np.allclose(fast, slow, atol=1e-10)
+    with pytest.raises(lrp.LRPError, match="convention"):
+        lrp.linear_alphabeta(x, W, b, None, R, convention="both")
+
+
+def test_alphabeta_conserves_when_both_signs_present():
+    """With b = 0 and every output having positive and negative contributions, sum_i R_i = sum_j R_j
+    under alpha + beta = 1 ('sum') and alpha - beta = 1 ('difference')."""
+    g = np.random.default_rng(2)
+    x = np.abs(g.normal(size=(6, 8)))
+    W = g.normal(size=(8, 4))
+    W[0], W[1] = np.abs(W[0]), -np.abs(W[1])                # each column has both signs
+    R = g.normal(size=(6, 4))
+    for a, bt, conv in [(0.5, 0.5, "sum"), (2.0, 1.0, "difference")]:
+        Ri = lrp.linear_alphabeta(x, W, None, None, R, a, bt, conv, eps=0.0)
+        assert np.allclose(Ri.sum(-1), R.sum(-1), atol=1e-12)
+
+
+def test_residual_matches_loops():
+    """R_x = x / y R_y and R_f = f / y R_y element by element, y = x + f."""
+    g = np.random.default_rng(3)
+    x, f, R = g.normal(size=(3, 4)), g.normal(size=(3, 4)), g.normal(size=(3, 4))
+    Rx, Rf = lrp.residual_proportional(x, f, R, eps=0.0)
+    for n, i in itertools.product(range(3), range(4)):
+        y = x[n, i] + f[n, i]
+        assert abs(Rx[n, i] - x[n, i] / y * R[n, i]) < 1e-12 and abs(Rf[n, i] - f[n, i] / y * R[n, i]) < 1e-12
+    assert np.allclose(Rx + Rf, R)
+
+
+def test_layernorm_linear_matches_loops():
+    """LN with the std held fixed is y_j = sum_i x_i M_ij + b_j, M_ij = rstd g_j (delta_ij - 1/d); the
+    rule is R_i = sum_j x_i M_ij R_j / (y_j + eps sign y_j); conserves when b = 0."""
+    from minihead.layers import layernorm_forward
+    g_ = np.random.default_rng(4)
+    x, gain, beta, R = g_.normal(size=(3, 5)) + 0.7, g_.normal(size=5), g_.normal(size=5), g_.normal(size=(3, 5))
+    for bb in (beta, 0 * beta):
+        y, c = layernorm_forward(x, gain, bb)
+        rstd = c[2]
+        fast = lrp.layernorm_linear(x, y, rstd, gain, R, eps=0.0)
+        slow = np.zeros_like(x)
+        for n in range(3):
+            for j in range(5):
+                for i in range(5):
+                    M = rstd[n, 0] * gain[j] * ((i == j) - 1 / 5)
+                    slow[n, i] += x[n, i] * M * R[n, j] / y[n, j]
+        assert np.allclose(fast, slow, atol=1e-10)
+    assert np.allclose(fast.sum(-1), R.sum(-1), atol=1e-10)                 # b = 0: conserved
+    assert lrp.layernorm_identity(x, y, rstd, gain, R) is R
+
+
+def _attn_inputs(seed, B=2, H=2, Tq=3, Tk=4, dh=3, masked=True):
+    g = np.random.default_rng(seed)
+    Q, K, V = g.normal(size=(B, H, Tq, dh)), g.normal(size=(B, H, Tk, dh)), g.normal(size=(B, H, Tk, dh))
+    scale = 1 / np.sqrt(dh)
+    S = Q @ K.swapaxes(-1, -2) * scale
+    if masked:
+        S[0, :, :, -1] = -1e9                                # a padded key
+    A = np.exp(S - S.max(-1, keepdims=True))
+    A /= A.sum(-1, keepdims=True)
+    Z = A @ V
+    R = g.normal(size=Z.shape)
+    return A, Q, K, V, Z, scale, R
+
+
+def test_attention_values_matches_loops():
+    """Weights held constant: R_V[k, c] = sum_q A_qk V_kc R_Z[q, c] / Z_qc; R_Q = R_K = None; conserves."""
+    A, Q, K, V, Z, scale, R = _attn_inputs(5)
+    _, _, RV = lrp.attention_values(A, Q, K, V, Z, scale, R, eps=0.0)
+    B, H, Tq, Tk = A.shape
+    slow = np.zeros_like(V)
+    for b, h, q, k, c in itertools.product(range(B), range(H), range(Tq), range(Tk), range(V.shape[-1])):
+        slow[b, h, k, c] += A[b, h, q, k] * V[b, h, k, c] * R[b, h, q, c] / Z[b, h, q, c]
+    assert np.allclose(RV, slow, atol=1e-10)
+    assert np.allclose(RV.sum((-1, -2)), R.sum((-1, -2)))
+
+
+def test_attention_full_matches_loops():
+    """Full rule: R_V = w V_kc sum_q A_qk s_qc, R_A = (1 - w) A_qk sum_c V_kc s_qc (s = R_Z / Z),
+    R_S = R_A, R_Q = 1/2 sum_k Q_qc K_kc scale R_S / S_qk, R_K = 1/2 sum_q (same); conserves."""
+    A, Q, K, V, Z, scale, R = _attn_inputs(6)
+    w = 0.3
+    RQ, RK, RV = lrp.attention_full(A, Q, K, V, Z, scale, R, eps=0.0, value_share=w)
+    B, H, Tq, Tk = A.shape
+    dh = V.shape[-1]
+    sQ, sK, sV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for b, h, q, k in itertools.product(range(B), range(H), range(Tq), range(Tk)):
+        S = sum(Q[b, h, q, c] * K[b, h, k, c] for c in range(dh)) * scale
+        RA = 0.0
+        for c in range(dh):
+            share = A[b, h, q, k] * V[b, h, k, c] * R[b, h, q, c] / Z[b, h, q, c]
+            sV[b, h, k, c] += w * share
+            RA += (1 - w) * share
+        for c in range(dh):
+            sQ[b, h, q, c] += 0.5 * Q[b, h, q, c] * K[b, h, k, c] * scale * RA / S
+            sK[b, h, k, c] += 0.5 * Q[b, h, q, c] * K[b, h, k, c] * scale * RA / S
+    for fast, slow in ((RQ, sQ), (RK, sK), (RV, sV)):
+        assert np.allclose(fast, slow, atol=1e-9)
+    assert np.allclose(RQ.sum((-1, -2)) + RK.sum((-1, -2)) + RV.sum((-1, -2)), R.sum((-1, -2)))
+
+
+def test_rules_broadcast_over_leading_axes():
+    """A leading axis on R (one slice per starting position) gives the same as each slice alone."""
+    A, Q, K, V, Z, scale, _ = _attn_inputs(7)
+    g = np.random.default_rng(8)
+    R = g.normal(size=(3,) + Z.shape)
+    for rule in (lrp.attention_values, lrp.attention_full):
+        out = rule(A, Q, K, V, Z, scale, R)
+        for p in range(3):
+            one = rule(A, Q, K, V, Z, scale, R[p])
+            for a, b in zip(out, one):
+                assert (a is None and b is None) or np.allclose(a[p], b)
+    x, W, b = g.normal(size=(2, 4, 5)), g.normal(size=(5, 3)), g.normal(size=3)
+    R = g.normal(size=(3, 2, 4, 3))
+    for p in range(3):
+        assert np.allclose(lrp.linear_epsilon(x, W, b, None, R)[p], lrp.linear_epsilon(x, W, b, None, R[p]))
+        assert np.allclose(lrp.linear_alphabeta(x, W, b, None, R)[p], lrp.linear_alphabeta(x, W, b, None, R[p]))
+
+
+def test_registry_and_bad_names():
+    """Every rule is reachable by name; unknown names and bad constants raise LRPError."""
+    assert set(lrp.RULES) == {"linear", "residual", "layernorm", "attention", "elementwise", "embedding"}
+    assert lrp.RULES["linear"]["epsilon"] is lrp.linear_epsilon
+    assert lrp.RULES["attention"]["values"] is lrp.attention_values
+    with pytest.raises(lrp.LRPError, match="unknown attention rule"):
+        lrp.Rules(attention="softmax")
+    with pytest.raises(lrp.LRPError, match="eps"):
+        lrp.Rules(eps=-1.0)
+    with pytest.raises(lrp.LRPError, match="value_share"):
+        lrp.Rules(value_share=2.0)
+
+
+# ----------------------------------------------------------------------------- LRP-0 = gradient x input
+def test_lrp0_equals_gradient_times_input():
+    """Bias-free ReLU MLP y = relu(relu(x W1) W2) W3: LRP-0 (eps = 0) started at output k with R_k = y_k
+    gives R_x = x * d y_k / d x (Montavon et al. 2019, sec. 10.2.1)."""
+    g = np.random.default_rng(9)
+    x = g.normal(size=(4, 6))
+    W1, W2, W3 = g.normal(size=(6, 7)), g.normal(size=(7, 5)), g.normal(size=(5, 3))
+    k = 1
+    h1 = x @ W1
+    a1 = np.maximum(h1, 0)
+    h2 = a1 @ W2
+    a2 = np.maximum(h2, 0)
+    y = a2 @ W3
+    R = np.zeros_like(y)
+    R[:, k] = y[:, k]
+    Ra2 = lrp.linear_epsilon(a2, W3, None, y, R, eps=0.0)
+    Ra1 = lrp.linear_epsilon(a1, W2, None, h2, lrp.elementwise_identity(Ra2), eps=0.0)
+    Rx = lrp.linear_epsilon(x, W1, None, h1, lrp.elementwise_identity(Ra1), eps=0.0)
+
+    def f(x_):
+        return (anp.maximum(anp.maximum(x_ @ W1, 0) @ W2, 0) @ W3)[:, k].sum()
+    gxi = x * autograd.grad(f)(x)
+    assert np.allclose(Rx, gxi, atol=1e-10)
+    assert np.allclose(Rx.sum(-1), y[:, k])                  # and it is conserving
+
+
+# ----------------------------------------------------------------------------- one attention layer by hand
+def test_attention_layer_constant_weights_by_hand():
+    """One attention layer (W^Q, W^K, W^V, W^O, gates, no biases), relevance from the output to the key/
+    value input with A held constant, every step written as explicit loops:
+    R_cat[q, m] = sum_n cat_qm Wo_mn R_qn / out_qn;  R_V[k, h, c] = sum_q A_hqk V_khc R_cat[q, h, c] / Z_qhc;
+    R_x[k, i] = sum_m x_ki Wv_im R_V[k, m] / v_km."""
+    g = np.random.default_rng(10)
+    B, T, d, H = 1, 3, 4, 2
+    dh = d // H
+    p = {n: g.normal(size=(d, d)) for n in ("Wq", "Wk", "Wv", "Wo")}
+    p.update({n: np.zeros(d) for n in ("bq", "bk", "bv", "bo")})
+    x = g.normal(size=(B, T, d))
+    gate = np.array([0.7, 1.0])
+    bias = np.zeros((B, 1, 1, T))
+    out, c = mha_forward(x, x, p, bias, H, gate)
+    R = g.normal(size=out.shape)
+    R_Z, R_q, R_kv = lrp._mha_relprop(R, c, out, p, lrp.Rules(eps=0.0))
+    assert isinstance(R_q, float) and R_q == 0.0             # no relevance through the queries
+    cat, A, Vh, v = c["concat"][0], c["A"][0], c["V"][0], x[0] @ p["Wv"]
+    Rcat = np.zeros((T, d))
+    for q, m, n in itertools.product(range(T), range(d), range(d)):
+        Rcat[q, m] += cat[q, m] * p["Wo"][m, n] * R[0, q, n] / out[0, q, n]
+    Rv = np.zeros((T, d))
+    for h, q, k, cc in itertools.product(range(H), range(T), range(T), range(dh)):
+        Zq = sum(A[h, q, kk] * Vh[h, kk, cc] for kk in range(T))
+        Rv[k, h * dh + cc] += A[h, q, k] * Vh[h, k, cc] * Rcat[q, h * dh + cc] / Zq
+    Rx = np.zeros((T, d))
+    for k, i, m in itertools.product(range(T), range(d), range(d)):
+        Rx[k, i] += x[0, k, i] * p["Wv"][i, m] * Rv[k, m] / v[k, m]
+    assert np.allclose(R_Z[0].swapaxes(0, 1).reshape(T, d), Rcat, atol=1e-10)   # the gate passes R on
+    assert np.allclose(R_kv[0], Rx, atol=1e-9)
+    assert np.isclose(Rx.sum(), R.sum())
+
+
+# ----------------------------------------------------------------------------- whole model
+CONFIGS = [(True, True, "values"), (True, True, "full"), (False, False, "values"), (False, False, "full")]
+
+
+@pytest.mark.parametrize("pre_norm,shared,attention", CONFIGS,
+                         ids=[f"{'pre' if a else 'post'}-{'shared' if b else 'sep'}-{c}" for a, b, c in CONFIGS])
+def test_conservation_bias_free(pre_norm, shared, attention, record_property):
+    """With every bias and LN beta zero and eps = 0, the total relevance after every stage equals the
+    number of real target positions of each sentence (1 per position), and the source plus target
+    embeddings receive exactly that; the drift with biases on is recorded (and printed)."""
+    gen = np.random.default_rng(12)
+    cfg, params = toy_model(pre_norm, shared, biases=False)
+    batch = toy_batch(gen, cfg.vocab_size)
+    n_real = batch.tgt_mask.sum(1).astype(float)             # (B,)
+    r = lrp.relevance(params, cfg, batch, eps=0.0, attention=attention)
+    assert np.array_equal(r.n_start, n_real)
+    stages = list(r.totals)
+    assert stages[0] == "logits" and stages[-1] == "src_emb" and len(stages) >= 3 * cfg.n_dec_layers + 2 * cfg.n_enc_layers
+    for stage, tot in r.totals.items():
+        assert np.allclose(tot, n_real, atol=1e-6), (stage, tot, n_real)
+    assert np.allclose(r.src.sum(1) + r.tgt.sum(1), n_real, atol=1e-6)
+    assert np.abs(r.src[0, 4:]).max() == 0.0 and np.abs(r.tgt[2, 3:]).max() == 0.0   # padding gets none
+    # the token embedding and the positional encoding share the input relevance
+    assert np.abs(r.src_token - r.src).max() > 1e-3 and np.abs(r.src_token[0, 4:]).max() == 0.0
+
+    cfg_b, params_b = toy_model(pre_norm, shared, biases=True)
+    rb = lrp.relevance(params_b, cfg_b, batch, eps=0.0, attention=attention)
+    drift = float(np.abs((rb.src.sum(1) + rb.tgt.sum(1)) - n_real).max() / n_real.max())
+    record_property("relative_drift_with_biases", drift)
+    print(f"relative drift of total relevance with biases on ({pre_norm=}, {attention=}): {drift:.3g}")
+    assert np.isfinite(drift) and drift > 1e-6              # biases do absorb relevance
+
+
+@pytest.mark.parametrize("attention", ["values", "full"])
+def test_head_relevance_sums_to_sublayer(attention):
+    """Bias-free: the relevance of the heads of a layer, summed over heads, equals the relevance of that
+    attention sublayer's output (W^O loses nothing without b^O), for all three attention types."""
+    cfg, params = toy_model()
+    batch = toy_batch(np.random.default_rng(13), cfg.vocab_size)
+    r = lrp.relevance(params, cfg, batch, eps=0.0, attention=attention)
+    for kind in lrp.KINDS:
+        assert r.head[kind].shape == (cfg.n_layers(kind), 3, cfg.n_heads)
+        assert np.allclose(r.head[kind].sum(-1), r.sublayer[kind], atol=1e-9), kind
+        assert np.abs(r.sublayer[kind]).max() > 1e-3                       # something flows through
+
+
+def test_per_position_is_linear_split():
+    """LRP-0/epsilon is linear in the starting relevance: the per-position relevances (any chunking)
+    sum to the all-at-once ones, and each start carries exactly 1 (bias-free, eps = 0)."""
+    cfg, params = toy_model(layers=1)
+    batch = toy_batch(np.random.default_rng(14), cfg.vocab_size)
+    r = lrp.relevance(params, cfg, batch, eps=0.0, keep_full=True)
+    for chunk in (None, 2):
+        rp = lrp.relevance(params, cfg, batch, eps=0.0, per_position=True, chunk=chunk, keep_full=True)
+        assert rp.head["enc"].shape == (1, 3, 5, cfg.n_heads) and rp.src.shape == (3, 5, 6)
+        for kind in lrp.KINDS:
+            assert np.allclose(rp.head[kind].sum(2), r.head[kind], atol=1e-10)
+            assert np.allclose(rp.full[kind][0].sum(1), r.full[kind][0], atol=1e-10)
+        assert np.allclose(rp.src.sum(1), r.src) and np.allclose(rp.tgt.sum(1), r.tgt)
+        assert np.allclose(rp.totals["src_emb"], batch.tgt_mask.astype(float), atol=1e-9)
+    # decoder self-attention is causal: a start at t sends nothing to target tokens after t
+    assert np.abs(np.triu(np.ones((5, 5)), 1)[None] * rp.tgt).max() < 1e-12
+
+
+def test_gated_off_head_gets_no_relevance():
+    """A head whose gate is 0 contributes nothing to W^O's input, so its relevance is exactly 0."""
+    cfg, params = toy_model()
+    batch = toy_batch(np.random.default_rng(15), cfg.vocab_size)
+    gates = {k: np.ones((2, 2)) for k in model.GATE_KINDS}
+    gates["dec_enc"][1, 0] = 0.0
+    r = lrp.relevance(params, cfg, batch, gates=gates)
+    assert np.abs(r.head["dec_enc"][1, :, 0]).max() == 0.0
+    assert np.abs(r.head["dec_enc"][1, :, 1]).max() > 0
+
+
+def test_dropout_cache_and_bad_chunk_rejected():
+    """The rules assume the evaluation forward; a cache with dropout masks is refused."""
+    cfg, params = toy_model(layers=1)
+    batch = toy_batch(np.random.default_rng(16), cfg.vocab_size)
+    logits, cache = model.forward(params, cfg, batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
+                                  rng=backend.rng(0))
+    with pytest.raises(lrp.LRPError, match="dropout"):
+        lrp._check_eval(cache)
+    with pytest.raises(lrp.LRPError, match="chunk"):
+        lrp.relevance(params, cfg, batch, per_position=True, chunk=0)
+
+
+def test_bench_relevance_ratio():
+    """bench_relevance returns t(relevance pass) / t(forward + backward) > 0 over the batches."""
+    cfg, params = toy_model(layers=1)
+    gen = np.random.default_rng(17)
+    batches = [toy_batch(gen, cfg.vocab_size) for _ in range(2)]
+    ratio = lrp.bench_relevance(params, cfg, batches, repeats=1)
+    assert isinstance(ratio, float) and 0 < ratio < 100
