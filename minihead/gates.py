@@ -29,8 +29,8 @@ from .backend import xp
 from .errors import MiniheadError
 
 # Initial log_alpha for gates that start open. The official code initialises log_a with TF's default
-# glorot-uniform (|log_a| < ~0.6 for 8 heads), which starts every test-time gate near 0.5 and each training
-# sample open only ~62% of the time; we start the pruning run from a converged model whose heads are all
+# glorot-uniform (|log_a| < ~0.6 for 8 heads), which starts every test-time gate near 0.5 and leaves a training
+# sample at exactly 0 about 31% of the time; we start the pruning run from a converged model whose heads are all
 # on: log_alpha = 3 gives a test-time gate of exactly 1, P(g != 0) = 0.978 and P(g = 1) = 0.90 (defaults).
 LOG_ALPHA_OPEN = 3.0
 
@@ -58,11 +58,12 @@ def _sum_to_shape(grad, shape):
     return grad.reshape(shape)
 
 
-def init_log_alpha(n_heads, value=LOG_ALPHA_OPEN, dtype=backend.FLOAT_TRAIN):
-    """log_alpha of shape (n_heads,) for one gated layer, all equal to ``value`` (default: gates open)."""
-    if int(n_heads) < 1:
-        raise GateError(f"init_log_alpha: n_heads must be >= 1, got {n_heads}")
-    return xp.full((int(n_heads),), float(value), dtype=dtype)  # (H,)
+def init_log_alpha(shape, value=LOG_ALPHA_OPEN, dtype=backend.FLOAT_TRAIN):
+    """log_alpha filled with ``value`` (default: gates open): shape H for one layer, or (L, H) for L layers."""
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int(n) for n in shape)
+    if not shape or min(shape) < 1:
+        raise GateError(f"init_log_alpha: shape must be H or (L, H) with positive sizes, got {shape}")
+    return xp.full(shape, float(value), dtype=dtype)  # (H,) or (L, H)
 
 
 @dataclass

@@ -206,10 +206,13 @@ def test_test_gate_at_known_points():
 
 
 def test_init_dtype_and_determinism():
-    """init_log_alpha gives (H,) open gates in float32; draw_u with the same seed gives the same numbers, inside
+    """init_log_alpha gives (H,) or (L, H) open gates in float32; draw_u with the same seed gives the same numbers, inside
     (eps, 1 - eps); float32 inputs stay float32 through forward and backward (the training dtype)."""
     la = init_log_alpha(8)
     assert la.shape == (8,) and la.dtype == np.float32 and np.all(la == LOG_ALPHA_OPEN)
+    assert init_log_alpha((6, 8), dtype="float64").shape == (6, 8)
+    with pytest.raises(GateError, match="positive"):
+        init_log_alpha(0)
     u1 = HC.draw_u(backend.rng(7), (3, 8))
     u2 = HC.draw_u(backend.rng(7), (3, 8))
     np.testing.assert_array_equal(u1, u2)
