@@ -4,13 +4,18 @@ Our models emit tokens; they are joined back into text (``detok``; for BPE outpu
 first) and scored with sacrebleu's own tokenization, so numbers are comparable across tokenizers."""
 import sacrebleu
 
+from .data.bpe import detokenize
+
 
 def _text(tokens, detok):
-    return detok(tokens) if detok is not None else " ".join(tokens)
+    return (detok or detokenize)(tokens)
 
 
 def score(hyp_token_lists, ref_token_lists, detok=None):
-    """Corpus BLEU and chrF: dict with ``bleu``, ``chrf`` and their sacrebleu signatures."""
+    """Corpus BLEU and chrF: dict with ``bleu``, ``chrf`` and their sacrebleu signatures.
+
+    ``detok`` turns a token list into text (default :func:`minihead.data.bpe.detokenize`; for BPE
+    output pass one that merges the pieces first)."""
     if len(hyp_token_lists) != len(ref_token_lists):
         raise ValueError(f"{len(hyp_token_lists)} hypotheses but {len(ref_token_lists)} references")
     hyps = [_text(h, detok) for h in hyp_token_lists]

@@ -35,9 +35,9 @@ class TrainConfig:
 
 PRESETS = {
     # for tests and CI: a couple of minutes at most on 2 cores
-    "quick": (dict(n_enc_layers=2, n_dec_layers=2, n_heads=4, d_model=64, d_ff=128, dropout=0.1),
-              dict(max_steps=400, eval_every=200, n_train=6000, max_tokens=2000, warmup=200,
-                   dev_bleu_sentences=200, patience=2)),
+    "quick": (dict(n_enc_layers=3, n_dec_layers=3, n_heads=4, d_model=64, d_ff=128, dropout=0.1),
+              dict(max_steps=600, eval_every=300, n_train=10000, max_tokens=2500, warmup=250,
+                   lr_factor=3.0, dev_bleu_sentences=150, patience=2)),
     # the chapters' model: 6 x 4 heads per attention type
     "default": (dict(n_enc_layers=6, n_dec_layers=6, n_heads=4, d_model=128, d_ff=256, dropout=0.1),
                 dict(max_steps=3000, eval_every=500, max_tokens=3000, warmup=800)),
@@ -95,16 +95,18 @@ def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=
             "loss_acc": loss_acc, "n_acc": n_acc}
 
 
-def dev_bleu(params, cfg, corpus, n):
+def dev_bleu(params, cfg, corpus, n, gates=None):
     from .translate import translate
-    hyps = translate(params, cfg, corpus.vocab, corpus.dev_src[:n])
+    hyps = translate(params, cfg, corpus.vocab, corpus.dev_src[:n], gates=gates)
     return bleu(hyps, corpus.dev_tgt[:n])
 
 
-def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=None, log=print):
+def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=None, log=print, gates=None):
     """Train (or resume from ``out_dir/last.npz``); writes ``last.npz`` every ``eval_every`` steps and
     ``best.npz`` on each new best dev BLEU. ``stop_after`` ends this call after that many steps (to
-    simulate an interruption). Returns a TrainResult."""
+    simulate an interruption). ``gates``: fixed per-head gates ({"enc": (L, H), ...}, e.g. 0/1 masks
+    of a pruned configuration trained from scratch), used in training and in dev BLEU. Returns a
+    TrainResult."""
     from tqdm.auto import tqdm
     last_path, best_path = os.path.join(out_dir, "last.npz"), os.path.join(out_dir, "best.npz")
     vocab = corpus.vocab
@@ -136,7 +138,7 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
             order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
         b = all_batches[int(order[pos])]
         pos += 1
-        loss, grads, _ = loss_and_grads(params, cfg, b, rng=gen)
+        loss, grads, _ = loss_and_grads(params, cfg, b, gates=gates, rng=gen)
         clip_grad_norm(grads, tcfg.clip)
         step += 1
         opt.step(params, grads, noam_lr(step, cfg.d_model, tcfg.warmup, tcfg.lr_factor))
@@ -145,7 +147,7 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss_acc / n_acc:.3f}", tok_s=f"{tok / (time.time() - t0):.0f}")
         if step % tcfg.eval_every == 0 or step == tcfg.max_steps:
-            score = dev_bleu(params, cfg, corpus, tcfg.dev_bleu_sentences)
+            score = dev_bleu(params, cfg, corpus, tcfg.dev_bleu_sentences, gates)
             history.append({"step": step, "epoch": epoch, "loss": loss_acc / n_acc, "dev_bleu": score})
             loss_acc, n_acc = 0.0, 0
             bar.write(f"step {step}: train loss {history[-1]['loss']:.3f}, dev BLEU {score:.2f}") if progress else None
