@@ -1,0 +1,406 @@
+"""Pruning attention heads with hard-concrete gates (Voita et al. 2019, sec. 6), a cached lambda sweep
+(Figures 7 and 8) and the same head configurations trained from scratch (Table 2).
+
+Every head of the chosen attention types gets one gate g_lh = HardConcrete(log_alpha_lh) that multiplies
+its output before W^O. Starting from a converged model with every gate open (log_alpha = LOG_ALPHA_OPEN),
+training continues on
+
+    loss = cross-entropy(gated model) + lambda * L_C,   L_C = sum_heads P(g_lh != 0)      (Voita et al. eq. 5-6)
+
+with a fresh gate sample per step (one u per head, shared by the batch, as in the official code), the
+gradient of the sample written by hand (``HardConcrete.sample_backward``) and the penalty's by
+``penalty_backward``. log_alpha has its own Adam with a large learning rate: Adam moves a parameter by about
+lr per step, and a gate is only pruned once log_alpha has travelled from +3 to below log(-gamma / zeta) = -2.4
+(see tests/test_gates.py), so lr 0.1 lets a gate close within ~55 steps. The model's weights train with a
+second Adam at a small constant rate.
+
+Which weights train: encoder-only pruning (kinds = ("enc",)) freezes the decoder, as the paper does; with
+shared embeddings (one matrix for source, target and the output projection) the embedding is frozen too, since
+it is part of the decoder. Only encoder layers and the encoder's final LayerNorm (and a separate source
+embedding, if any) then change. Pruning any decoder attention type trains every weight.
+
+At test time the noise is dropped: g = clip(sigmoid(log_alpha)(zeta - gamma) + gamma, 0, 1) (Louizos eq. 13);
+a head is retained iff that gate is > 0, and pruned heads have g = 0 exactly in translation.
+"""
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+
+from . import backend, checkpoint
+from .backend import xp
+from .data.vocab import batches
+from .errors import MiniheadError
+from .evaluate import bleu
+from .gates import LOG_ALPHA_OPEN, HardConcrete, init_log_alpha, l0_total, l0_total_backward
+from .model import GATE_KINDS, loss_and_grads
+from .optim import Adam, clip_grad_norm
+
+KIND_SETS = {"enc": ("enc",), "all": GATE_KINDS}   # the CLI's --kinds
+CACHE_VERSION = 1                                  # bump when the computation behind a cached file changes
+
+
+class PruneError(MiniheadError, ValueError):
+    """Unknown attention kinds, bad pruning settings, or a cache file that does not parse."""
+
+
+@dataclass
+class PruneResult:
+    log_alpha: dict     # kind -> (L, H) final gate parameters
+    params: dict        # the model's weights after pruning (a copy; the input is not changed)
+    gates: dict         # kind -> (L, H) test-time gates (Louizos eq. 13)
+    retained: dict      # kind -> (L, H) bool host array, test-time gate > 0
+    history: list       # per log interval: step, mean cross-entropy, L_C, open gates per kind
+    trained: list       # names of the weights that were updated
+
+
+# --------------------------------------------------------------------------- settings
+def check_kinds(kinds):
+    """kinds as a tuple in GATE_KINDS order; "enc" / "all" (the CLI's names) are accepted too."""
+    if isinstance(kinds, str):
+        if kinds not in KIND_SETS:
+            raise PruneError(f"kinds {kinds!r}: choose one of {', '.join(KIND_SETS)} or a tuple of {GATE_KINDS}")
+        kinds = KIND_SETS[kinds]
+    kinds = tuple(kinds)
+    bad = [k for k in kinds if k not in GATE_KINDS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise PruneError(f"kinds {kinds!r}: need distinct attention types out of {GATE_KINDS}")
+    return tuple(k for k in GATE_KINDS if k in kinds)
+
+
+def kinds_tag(kinds):
+    """'enc', 'all' or the kinds joined with '+' (file names)."""
+    kinds = check_kinds(kinds)
+    for tag, ks in KIND_SETS.items():
+        if ks == kinds:
+            return tag
+    return "+".join(kinds)
+
+
+def trainable_names(params, cfg, kinds, train_params="auto"):
+    """Weights updated while pruning. "auto": "encoder" if only encoder heads are gated, else "all".
+    "encoder": encoder layers, the encoder's final LayerNorm, and the source embedding only if it is not
+    shared with the decoder (decoder frozen, Voita et al. sec. 6.1); "all": every weight; "none": only gates."""
+    kinds = check_kinds(kinds)
+    if train_params == "auto":
+        train_params = "encoder" if kinds == ("enc",) else "all"
+    if train_params == "all":
+        return sorted(params)
+    if train_params == "none":
+        return []
+    if train_params == "encoder":
+        # "enc0.self.Wq", "enc_ln.g", ...; no decoder name starts with "enc"
+        return sorted(k for k in params if k.startswith("enc") or (k == "src_emb" and not cfg.shared_embeddings))
+    raise PruneError(f"train_params {train_params!r}: choose auto, encoder, all or none")
+
+
+# --------------------------------------------------------------------------- pruning
+def deterministic_gates(log_alpha, hc=None):
+    """Test-time gates and retained masks from log_alpha (dict kind -> (L, H)): (gates, retained)."""
+    hc = hc or HardConcrete()
+    gates = {k: hc.test_gate(la) for k, la in log_alpha.items()}                    # kind -> (L, H)
+    retained = {k: backend.to_host(g) > 0 for k, g in gates.items()}               # kind -> (L, H) bool
+    return gates, retained
+
+
+def gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, reduction="sum", hc=None, rng=None):
+    """The pruning objective J = CE(model with gates g) + lambda * L_C and its gradients, for one batch.
+
+    g_k = sample_forward(log_alpha_k, u_k) per gated kind (Louizos eq. 9); L_C = l0_total of
+    P(g != 0) = sigmoid(log_alpha - beta log(-gamma / zeta)) over every gated layer of every kind, stacked as
+    rows of one (sum L, H) array (Voita et al. eq. 6 with reduction "sum"). Chain rule:
+    dJ/dlog_alpha = sample_backward(dCE/dg) + lambda * dL_C/dp * p (1 - p).
+    ``rng``: dropout generator (None: no dropout). Returns (ce, l0, weight grads, kind -> dJ/dlog_alpha (L, H))."""
+    hc = hc or HardConcrete()
+    kinds = list(log_alpha)
+    gates, gcache = {}, {}
+    for k in kinds:
+        gates[k], gcache[k] = hc.sample_forward(log_alpha[k], u[k])                  # (L, H)
+    ce, grads, info = loss_and_grads(params, cfg, batch, gates=gates, rng=rng)
+    p, pcache = hc.penalty_forward(xp.concatenate([log_alpha[k] for k in kinds]))  # (sum L, H) P(g != 0)
+    l0, tcache = l0_total(p, reduction)                                            # ()
+    dp = l0_total_backward(lam, tcache)                                            # (sum L, H) lambda dL_C/dp
+    dpen = hc.penalty_backward(dp, pcache)                                         # (sum L, H)
+    dla, row = {}, 0
+    for k in kinds:
+        L = log_alpha[k].shape[0]
+        dla[k] = hc.sample_backward(info["dgates"][k], gcache[k]) + dpen[row:row + L]  # (L, H)
+        row += L
+    return ce, l0, grads, dla
+
+
+def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=0.1, lr_params=3e-4,
+          reduction="sum", max_tokens=2500, seed=0, clip=1.0, log_every=25, train_params="auto",
+          init=LOG_ALPHA_OPEN, hc=None, progress=False):
+    """Continue training a converged model with hard-concrete gates on the heads of ``kinds``.
+
+    Each step: u ~ U(0, 1) per head from a host generator seeded by (seed, 1); gates g = sample_forward;
+    cross-entropy and its gradients (weights and gates) by ``model.loss_and_grads`` with dropout drawn from
+    a generator seeded by (seed, 2); d log_alpha = sample_backward(dg) + lambda * dL_C/dlog_alpha with
+    L_C = l0_total(P(g != 0), reduction) ("sum": the paper's eq. 6; "layer_mean": the official code's);
+    log_alpha takes an Adam step at ``lr_gates``, the weights named by :func:`trainable_names` an Adam step
+    at the constant ``lr_params`` after clipping their gradient norm to ``clip``. Batches of ``max_tokens``
+    are visited in an order shuffled per epoch by (seed, epoch). Same seed, same numbers.
+    Returns a :class:`PruneResult`."""
+    kinds = check_kinds(kinds)
+    if steps < 1 or lam < 0 or lr_gates <= 0 or lr_params < 0:
+        raise PruneError(f"prune: need steps >= 1, lambda >= 0, lr_gates > 0, lr_params >= 0 "
+                         f"(got steps={steps}, lam={lam}, lr_gates={lr_gates}, lr_params={lr_params})")
+    hc = hc or HardConcrete()
+    params = {k: v.copy() for k, v in params.items()}                # the caller's model stays as it was
+    shapes = {k: (cfg.n_layers(k), cfg.n_heads) for k in kinds}
+    log_alpha = {k: init_log_alpha(shapes[k], init, dtype=cfg.dtype) for k in kinds}  # kind -> (L, H)
+    names = trainable_names(params, cfg, kinds, train_params)
+    opt_gates = Adam(log_alpha)
+    opt_model = Adam(params, names=names) if names and lr_params > 0 else None
+    gen_u, gen_drop = backend.rng((seed, 1)), backend.rng((seed, 2))
+    vocab = corpus.vocab
+    src_ids = [vocab.encode(s) for s in corpus.train_src]
+    tgt_ids = [vocab.encode(t) for t in corpus.train_tgt]
+    all_batches = list(batches(src_ids, tgt_ids, max_tokens))
+
+    history, ce_acc, n_acc, epoch, pos = [], 0.0, 0, 0, 0
+    order = backend.rng((seed, epoch)).permutation(len(all_batches))
+    for step in range(1, steps + 1):
+        if pos >= len(order):
+            epoch, pos = epoch + 1, 0
+            order = backend.rng((seed, epoch)).permutation(len(all_batches))
+        batch = all_batches[int(order[pos])]
+        pos += 1
+        u = {k: hc.draw_u(gen_u, shapes[k], dtype=cfg.dtype) for k in kinds}       # kind -> (L, H)
+        ce, l0, grads, dla = gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, reduction, hc, gen_drop)
+        opt_gates.step(log_alpha, dla, lr_gates)
+        if opt_model is not None:
+            g_model = {n: grads[n] for n in names if n in grads}
+            clip_grad_norm(g_model, clip)
+            opt_model.step(params, g_model, lr_params)
+        ce_acc, n_acc = ce_acc + float(ce), n_acc + 1
+        if step % log_every == 0 or step == steps:
+            _, kept = deterministic_gates(log_alpha, hc)
+            history.append({"step": step, "ce": ce_acc / n_acc, "l0": float(l0),
+                            "open": {k: int(kept[k].sum()) for k in kinds}})
+            ce_acc, n_acc = 0.0, 0
+            if progress:
+                h = history[-1]
+                print(f"step {step}: CE {h['ce']:.3f}  L_C {h['l0']:.2f}  open {h['open']}")
+    gates, retained = deterministic_gates(log_alpha, hc)
+    return PruneResult(log_alpha, params, gates, retained, history, names)
+
+
+# --------------------------------------------------------------------------- evaluation
+def full_gates(cfg, retained, dtype=None):
+    """Gates for every attention type from retained masks (kind -> (L, H) bool): 1 for kept heads, 0 for
+    pruned ones, 1 for kinds without a mask (the fixed 0/1 configuration of a pruned model)."""
+    out = {}
+    for k in GATE_KINDS:
+        m = retained.get(k)
+        shape = (cfg.n_layers(k), cfg.n_heads)
+        out[k] = (xp.ones(shape, dtype=dtype or cfg.dtype) if m is None
+                  else backend.to_device(backend.host_array(m, dtype="float64"), dtype or cfg.dtype))  # (L, H)
+    return out
+
+
+def gated_bleu(params, cfg, vocab, src, refs, gates=None, n=None, beam=1):
+    """Corpus BLEU of ``translate(..., gates)`` on the first ``n`` pairs (all when n is None)."""
+    from .translate import translate
+    src, refs = (src, refs) if n is None else (src[:n], refs[:n])
+    hyps = translate(params, cfg, vocab, src, gates=gates, beam=beam)
+    return float(bleu(hyps, refs))
+
+
+def format_retained(retained):
+    """One line per attention type: retained heads per layer, e.g. 'enc       2 1 0 (3 of 12)'."""
+    lines = []
+    for k, m in retained.items():
+        m = backend.to_host(m)
+        per_layer = " ".join(str(int(r.sum())) for r in m)
+        lines.append(f"{k:<9} per layer {per_layer}  ({int(m.sum())} of {m.size})")
+    return "\n".join(lines)
+
+
+def specialised_share(retained, roles):
+    """(share of heads with a role among the retained ones, share among all heads) for one (L, H) mask and
+    roles {(l, h): set} from :func:`minihead.roles.classify_heads`. The paper's claim (sec. 6.2, Figure 8)
+    is that the first exceeds the second."""
+    m = backend.to_host(retained)
+    heads = [(l, h) for l in range(m.shape[0]) for h in range(m.shape[1])]
+    special = [lh for lh in heads if roles.get(lh)]
+    kept = [lh for lh in heads if m[lh]]
+    share_all = len(special) / len(heads)
+    share_kept = (sum(1 for lh in kept if roles.get(lh)) / len(kept)) if kept else float("nan")
+    return share_kept, share_all
+
+
+# --------------------------------------------------------------------------- cache
+def params_fingerprint(params):
+    """SHA-1 over the names, shapes and bytes of every weight: a cache entry is tied to the exact model."""
+    h = hashlib.sha1()
+    for k in sorted(params):
+        a = backend.to_host(params[k])
+        h.update(f"{k}{a.shape}{a.dtype}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _key_hash(key):
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _cached(path, key, compute):
+    """Read ``path`` if it holds a result for exactly ``key``, else compute, write atomically and return it.
+    The returned dict carries ``cached`` (True when read from disk)."""
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise PruneError(f"{path}: cache file does not parse ({exc}); delete it to recompute") from None
+        if data.get("key") == key:
+            return {**data["result"], "cached": True}
+    result = compute()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"key": key, "result": result}, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return {**result, "cached": False}
+
+
+def _study_key(study, n_test):
+    return {"version": CACHE_VERSION, "study": study.name, "model": params_fingerprint(study.params),
+            "cfg": study.cfg.to_dict(), "n_test": n_test}
+
+
+def _cache_dir(study, cache_dir):
+    return cache_dir or os.path.dirname(os.path.abspath(study.path))
+
+
+def baseline(study, n_test=None, cache_dir=None):
+    """Test BLEU of the study model with every head (cached as prune-baseline-<hash>.json)."""
+    key = {**_study_key(study, n_test), "what": "baseline"}
+    path = os.path.join(_cache_dir(study, cache_dir), f"prune-baseline-{_key_hash(key)}.json")
+    src, ref = study.splits["test"]
+    return _cached(path, key, lambda: {"bleu": gated_bleu(study.params, study.cfg, study.vocab, src, ref, n=n_test)})
+
+
+def _tolist(masks):
+    return {k: backend.to_host(v).tolist() for k, v in masks.items()}
+
+
+def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_kw):
+    """:func:`prune` the study model at one lambda and score it on the test set, cached under
+    ``runs/<study>/prune-<kinds>-<lambda>-<hash>.json`` (hash of every setting, the model's fingerprint
+    and n_test). Returns a dict: lam, kinds, retained / gates / log_alpha (kind -> nested lists),
+    n_retained (kind -> int), bleu, history, cached."""
+    kinds = check_kinds(kinds)
+    settings = {"kinds": list(kinds), "lam": float(lam), "steps": int(steps), **prune_kw}
+    hc = settings.pop("hc", None) or HardConcrete()
+    settings["hc"] = asdict(hc)
+    key = {**_study_key(study, n_test), "what": "prune", **settings}
+    path = os.path.join(_cache_dir(study, cache_dir), f"prune-{kinds_tag(kinds)}-{lam:g}-{_key_hash(key)}.json")
+
+    def compute():
+        r = prune(study.params, study.cfg, study.corpus, kinds, lam, steps, hc=hc, **prune_kw)
+        src, ref = study.splits["test"]
+        score = gated_bleu(r.params, study.cfg, study.vocab, src, ref, gates=r.gates, n=n_test)  # kinds not gated: 1
+        return {"lam": float(lam), "kinds": list(kinds), "steps": int(steps), "bleu": score,
+                "retained": _tolist(r.retained), "gates": _tolist(r.gates), "log_alpha": _tolist(r.log_alpha),
+                "n_retained": {k: int(r.retained[k].sum()) for k in kinds}, "history": r.history}
+    return _cached(path, key, compute)
+
+
+def sweep(study, lambdas, kinds=("enc",), steps=300, cache_dir=None, n_test=None, progress=True, **prune_kw):
+    """:func:`prune_study` for each lambda (Figure 7: BLEU against retained heads; Figure 8: which heads
+    survive). Returns the list of result dicts in the order of ``lambdas``."""
+    out = []
+    for lam in lambdas:
+        r = prune_study(study, kinds, lam, steps, n_test=n_test, cache_dir=cache_dir, **prune_kw)
+        if progress:
+            print(f"lambda {lam:g}: retained {r['n_retained']}, test BLEU {r['bleu']:.2f}"
+                  + (" (cached)" if r["cached"] else ""))
+        out.append(r)
+    return out
+
+
+# --------------------------------------------------------------------------- from scratch (Table 2)
+def scratch_budget(study, prune_steps):
+    """"Same budget" for a configuration trained from scratch: the steps the study model was trained for
+    (its last logged step) plus the pruning steps, so both models have seen as many updates in total."""
+    return int(study.history[-1]["step"]) + int(prune_steps)
+
+
+def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=False):
+    """Train the study's architecture from random initialisation (the study's seed, so the same initial
+    weights) with the head configuration ``retained`` fixed (kind -> (L, H) bool; 0/1 gates, missing kinds
+    all 1) for ``steps`` steps with the study's training settings (lr schedule, batches, dropout, early
+    stopping on dev BLEU), and score its best checkpoint on the test set with the same gates. Cached as
+    ``scratch-<hash>.json`` beside its run folder ``scratch-<hash>/``. Returns dict bleu, steps, best_dev_bleu,
+    history, cached."""
+    from .train import TrainConfig, train
+    masks = {k: backend.to_host(v).astype(bool).tolist() for k, v in retained.items() if v is not None}
+    meta = checkpoint.load(study.path).meta
+    if "train" not in meta:
+        raise PruneError(f"{study.path}: no training settings in the checkpoint metadata")
+    tcfg = replace(TrainConfig(**meta["train"]), max_steps=int(steps))
+    key = {**_study_key(study, n_test), "what": "scratch", "masks": masks, "train": tcfg.to_dict()}
+    name = f"scratch-{_key_hash(key)}"
+    folder = _cache_dir(study, cache_dir)
+
+    def compute():
+        gates = full_gates(study.cfg, masks)
+        res = train(study.corpus, study.cfg, tcfg, os.path.join(folder, name), progress=progress, gates=gates)
+        best = checkpoint.load(res.best_path, expect_cfg=study.cfg)
+        src, ref = study.splits["test"]
+        score = gated_bleu(best.params, study.cfg, study.vocab, src, ref, gates=gates, n=n_test)
+        return {"bleu": score, "steps": int(steps), "best_dev_bleu": float(res.best_bleu),
+                "history": res.history, "retained": masks}
+    return _cached(os.path.join(folder, name + ".json"), key, compute)
+
+
+# --------------------------------------------------------------------------- command line
+def add_prune_command(subparsers):
+    """Register ``prune CHECKPOINT --lambda L [--kinds enc|all] [--steps N]`` on an argparse subparsers."""
+    p = subparsers.add_parser("prune", help="prune heads with hard-concrete gates; report kept heads and BLEU")
+    p.add_argument("checkpoint")
+    p.add_argument("--lambda", dest="lam", type=float, required=True, help="weight of the L0 penalty")
+    p.add_argument("--kinds", default="enc", choices=sorted(KIND_SETS), help="enc: encoder self-attention; all")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--data", default="data_small")
+    p.add_argument("--n-test", type=int, default=None, help="BLEU on the first N test sentences")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr-gates", type=float, default=0.1)
+    p.add_argument("--lr-params", type=float, default=3e-4)
+    p.add_argument("--reduction", default="sum", choices=["sum", "layer_mean"])
+    p.add_argument("--out", default=None, help="save the pruned model here (.npz; log_alpha as extras)")
+    p.set_defaults(func=cmd_prune)
+    return p
+
+
+def cmd_prune(a):
+    """Load the checkpoint and the training pairs it was trained on (the first n_train of its metadata),
+    prune, print retained heads per layer and test BLEU before and after."""
+    from .data.corpus import read_parallel
+    from .train import Corpus
+    ck = checkpoint.load(a.checkpoint)
+    pairs = {s: read_parallel(os.path.join(a.data, f"{s}.src"), os.path.join(a.data, f"{s}.tgt"))
+             for s in ("train", "dev", "test")}
+    train_meta = ck.meta.get("train", {})
+    corpus = Corpus.build(pairs["train"], pairs["dev"], n_train=train_meta.get("n_train"), vocab=ck.vocab)
+    kinds = check_kinds(a.kinds)
+    max_tokens = int(train_meta.get("max_tokens", 2500))
+    print(f"pruning {', '.join(kinds)} heads of {a.checkpoint}: lambda {a.lam:g}, {a.steps} steps, "
+          f"{len(corpus.train_src)} training pairs")
+    r = prune(ck.params, ck.cfg, corpus, kinds, a.lam, a.steps, lr_gates=a.lr_gates, lr_params=a.lr_params,
+              reduction=a.reduction, max_tokens=max_tokens, seed=a.seed, progress=True)
+    src, ref = [s for s, _ in pairs["test"]], [t for _, t in pairs["test"]]
+    before = gated_bleu(ck.params, ck.cfg, ck.vocab, src, ref, n=a.n_test)
+    after = gated_bleu(r.params, ck.cfg, ck.vocab, src, ref, gates=r.gates, n=a.n_test)
+    print("retained heads:\n" + format_retained(r.retained))
+    n = len(src) if a.n_test is None else min(a.n_test, len(src))
+    print(f"test BLEU ({n} sentences, greedy): all heads {before:.2f}, pruned {after:.2f}")
+    if a.out:
+        checkpoint.save(a.out, r.params, ck.cfg, ck.vocab, meta={**ck.meta, "pruned": {
+            "kinds": list(kinds), "lambda": a.lam, "steps": a.steps, "seed": a.seed}},
+            extra={f"log_alpha.{k}": v for k, v in r.log_alpha.items()})
+        print(f"saved {a.out}")
+    return {"retained": r.retained, "bleu_before": before, "bleu_after": after, "result": r}

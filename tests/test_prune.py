@@ -1,0 +1,234 @@
+"""Pruning with hard-concrete gates (minihead/prune.py) on a tiny toy model: the pruning objective's gradient,
+gates closing with lambda, the frozen decoder, determinism, test-time gates, the cache, from-scratch masks."""
+import argparse
+import os
+import random
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from minihead import backend, checkpoint, model
+from minihead import prune as P
+from minihead.data.vocab import batches
+from minihead.gates import HardConcrete
+from minihead.gradcheck import numerical_grad, rel_error
+from minihead.train import Corpus, preset, train
+
+STEPS = 60          # pruning steps in these tests: lr_gates 0.1 moves log_alpha ~0.1 a step, +3 -> -2.4 in ~55
+
+
+def toy_pairs(n, seed):
+    """Reversal with a case change (as tests/test_train.py's toy corpus)."""
+    r = random.Random(seed)
+    words = [f"w{i}" for i in range(30)]
+
+    def pair():
+        s = [r.choice(words) for _ in range(r.randint(3, 7))]
+        return s, [w.upper() for w in reversed(s)]
+    return [pair() for _ in range(n)]
+
+
+def tiny_cfg(corpus, **kw):
+    kw = {"max_steps": 30, "eval_every": 30, "max_tokens": 600, "warmup": 10, "dev_bleu_sentences": 20,
+          "patience": 100, "n_enc_layers": 2, "n_dec_layers": 1, "d_model": 16, "d_ff": 32, **kw}
+    return preset("quick", len(corpus.vocab), **kw)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A Study-like namespace around a toy model trained for 30 steps (what sweep / from_scratch read)."""
+    folder = tmp_path_factory.mktemp("toy_study")
+    corpus = Corpus.build(toy_pairs(600, 0), toy_pairs(30, 1))
+    cfg, tcfg = tiny_cfg(corpus)
+    res = train(corpus, cfg, tcfg, str(folder), progress=False)
+    test = toy_pairs(20, 2)
+    return SimpleNamespace(name="toy", params=res.params, cfg=cfg, vocab=corpus.vocab, corpus=corpus,
+                           splits={"test": ([s for s, _ in test], [t for _, t in test])},
+                           history=res.history, path=res.best_path)
+
+
+def run(study, kinds="enc", lam=0.05, steps=STEPS, **kw):
+    return P.prune(study.params, study.cfg, study.corpus, kinds, lam, steps, max_tokens=600, log_every=20, **kw)
+
+
+# ------------------------------------------------------------------ the objective's gradient
+@pytest.mark.parametrize("reduction", ["sum", "layer_mean"])
+def test_pruning_objective_gradient_matches_central_differences(study, reduction):
+    """dJ/dlog_alpha for J = CE(model with g = clip(sigmoid((logit u + log_alpha)/beta)(zeta-gamma)+gamma, 0, 1))
+    + lambda * L_C, L_C = sum (or layer mean) of sigmoid(log_alpha - beta log(-gamma/zeta)), every kind gated;
+    float64, no dropout, u = 0.5 and |log_alpha| < 0.6 so that no gate is clipped (the derivative is smooth)."""
+    cfg = replace(study.cfg, dtype="float64")
+    params = model.init_params(cfg, seed=3)
+    c = study.corpus
+    batch = next(batches([c.vocab.encode(s) for s in c.train_src[:6]], [c.vocab.encode(t) for t in c.train_tgt[:6]],
+                         10_000))
+    gen = backend.rng(4)
+    la = {k: gen.uniform(-0.6, 0.6, (cfg.n_layers(k), cfg.n_heads)) for k in model.GATE_KINDS}  # kind -> (L, H)
+    u = {k: np.full_like(v, 0.5) for k, v in la.items()}
+    lam = 0.3
+
+    def J():
+        ce, l0, _, _ = P.gated_loss_and_grads(params, cfg, batch, la, u, lam, reduction)
+        return float(ce) + lam * float(l0)
+
+    _, _, _, dla = P.gated_loss_and_grads(params, cfg, batch, la, u, lam, reduction)
+    for k in model.GATE_KINDS:
+        assert dla[k].shape == la[k].shape and dla[k].dtype == np.float64
+        assert rel_error(dla[k], numerical_grad(J, la[k])) < 1e-6, k
+
+
+# ------------------------------------------------------------------ gates and lambda
+def test_more_lambda_closes_more_gates(study):
+    """Retained encoder heads fall as lambda grows (same seed, same steps); the largest lambda prunes most."""
+    n = [int(run(study, "enc", lam).retained["enc"].sum()) for lam in (0.003, 0.03, 1.0)]
+    assert n[0] >= n[1] >= n[2], n
+    assert n[2] < n[0], n
+    assert n[2] <= 1, n
+
+
+def test_lambda_zero_keeps_every_gate(study):
+    """Without the penalty nothing pushes the gates shut: after the same steps every head is retained
+    and no log_alpha went below the pruning threshold log(-gamma/zeta) = -2.4."""
+    r = run(study, "all", 0.0)
+    for k in model.GATE_KINDS:
+        assert r.retained[k].all(), k
+        assert float(r.log_alpha[k].min()) > 0.0, k
+    assert all(h["open"] == {k: 4 * study.cfg.n_layers(k) for k in model.GATE_KINDS} for h in r.history)
+
+
+def test_encoder_pruning_freezes_decoder_and_shared_embedding(study):
+    """kinds=("enc",): every decoder weight and the shared embedding are bit for bit unchanged; the
+    encoder weights did change (so the check can fail). All-attention pruning changes the decoder."""
+    r = run(study, "enc", 0.05)
+    frozen = [k for k in study.params if not k.startswith("enc")]
+    assert "emb" in frozen and "dec0.self.Wq" in frozen
+    assert sorted(r.trained) == sorted(k for k in study.params if k.startswith("enc"))
+    for k in frozen:
+        assert np.array_equal(r.params[k], study.params[k]), k
+    assert not np.array_equal(r.params["enc0.self.Wq"], study.params["enc0.self.Wq"])
+    r_all = run(study, "all", 0.05, steps=5)
+    assert not np.array_equal(r_all.params["dec0.cross.Wq"], study.params["dec0.cross.Wq"])
+
+
+def test_same_seed_same_numbers(study):
+    a, b, c = run(study, "all", 0.05, seed=7), run(study, "all", 0.05, seed=7), run(study, "all", 0.05, seed=8)
+    for k in model.GATE_KINDS:
+        assert np.array_equal(a.log_alpha[k], b.log_alpha[k])
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+    assert a.history == b.history
+    assert any(not np.array_equal(a.log_alpha[k], c.log_alpha[k]) for k in model.GATE_KINDS), "seed matters"
+
+
+def test_test_time_gates_are_the_retained_masks(study):
+    """Test-time gates are clip(sigmoid(log_alpha) 1.2 - 0.1, 0, 1); retained = gate > 0; pruned heads are
+    exactly 0 and translating with the gates equals translating with the same zeros written by hand."""
+    from minihead.translate import translate
+    r = run(study, "all", 0.1)
+    hc = HardConcrete()
+    n_pruned = 0
+    for k in model.GATE_KINDS:
+        g = backend.to_host(r.gates[k])
+        np.testing.assert_array_equal(g, backend.to_host(hc.test_gate(r.log_alpha[k])))
+        np.testing.assert_array_equal(r.retained[k], g > 0)
+        assert np.all(g[~r.retained[k]] == 0.0)
+        n_pruned += int((~r.retained[k]).sum())
+    assert n_pruned > 0, "lambda 0.1 prunes something, else the check is empty"
+    src = study.splits["test"][0][:8]
+    by_hand = {k: np.where(r.retained[k], backend.to_host(r.gates[k]), 0.0).astype(study.cfg.dtype)
+               for k in model.GATE_KINDS}
+    assert translate(r.params, study.cfg, study.vocab, src, gates=r.gates) == \
+        translate(r.params, study.cfg, study.vocab, src, gates=by_hand)
+
+
+def test_bad_settings_raise_clear_errors(study):
+    with pytest.raises(P.PruneError, match="kinds 'dec'"):
+        P.check_kinds("dec")
+    with pytest.raises(P.PruneError, match="distinct attention types"):
+        P.check_kinds(("enc", "enc"))
+    with pytest.raises(P.PruneError, match="lambda >= 0"):
+        run(study, "enc", -1.0)
+
+
+# ------------------------------------------------------------------ cache
+def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_path, monkeypatch):
+    first = P.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
+                    max_tokens=600)
+    assert [r["cached"] for r in first] == [False, False]
+    names = sorted(os.listdir(tmp_path))
+    assert len(names) == 2 and all(n.startswith("prune-enc-") for n in names), names
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed although cached")
+    monkeypatch.setattr(P, "prune", boom)
+    again = P.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
+                    max_tokens=600)
+    assert [r["cached"] for r in again] == [True, True]
+    for a, b in zip(first, again):
+        assert {k: v for k, v in a.items() if k != "cached"} == {k: v for k, v in b.items() if k != "cached"}
+    # any other setting is another key: it must recompute (and here hits the stub)
+    with pytest.raises(AssertionError, match="recomputed"):
+        P.sweep(study, [0.01], "enc", steps=21, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600)
+    with pytest.raises(AssertionError, match="recomputed"):
+        P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600,
+                lr_gates=0.2)
+
+
+def test_unreadable_cache_file_names_the_file(study, tmp_path):
+    key = {**P._study_key(study, 5), "what": "baseline"}
+    path = tmp_path / f"prune-baseline-{P._key_hash(key)}.json"
+    path.write_text("{ not json")
+    with pytest.raises(P.PruneError, match="prune-baseline-.*does not parse"):
+        P.baseline(study, n_test=5, cache_dir=str(tmp_path))
+
+
+# ------------------------------------------------------------------ from scratch
+def test_from_scratch_training_uses_the_masks(study, tmp_path):
+    """Training from scratch with 0/1 gates: a pruned head's slices of Wq, Wk, Wv (columns) and Wo (rows) get
+    zero gradient, so Adam never moves them from their initial values; a retained head's slices do move.
+    A second call is a cache hit."""
+    retained = {"enc": np.array([[True, False, True, True], [True, True, True, False]]),
+                "dec_enc": np.array([[False, True, True, True]])}
+    r = P.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
+    assert not r["cached"] and r["steps"] == 12
+    run_dirs = [n for n in os.listdir(tmp_path) if n.startswith("scratch-") and not n.endswith(".json")]
+    best = checkpoint.load(str(tmp_path / run_dirs[0] / "best.npz"))
+    init = model.init_params(study.cfg, seed=checkpoint.load(study.path).meta["train"]["seed"])
+    dh = study.cfg.d_model // study.cfg.n_heads
+
+    def moved(name, l_prefix, h):
+        cols = slice(h * dh, (h + 1) * dh)
+        out = []
+        for w in ("Wq", "Wk", "Wv"):
+            out.append(not np.array_equal(best.params[f"{l_prefix}.{w}"][:, cols], init[f"{l_prefix}.{w}"][:, cols]))
+        out.append(not np.array_equal(best.params[f"{l_prefix}.Wo"][cols], init[f"{l_prefix}.Wo"][cols]))
+        return out
+    assert moved("enc", "enc0.self", 1) == [False] * 4
+    assert moved("enc", "enc1.self", 3) == [False] * 4
+    assert moved("dec_enc", "dec0.cross", 0) == [False] * 4
+    assert all(moved("enc", "enc0.self", 0)) and all(moved("dec_enc", "dec0.cross", 1))
+    assert P.scratch_budget(study, 100) == study.history[-1]["step"] + 100
+    again = P.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
+    assert again["cached"] and again["bleu"] == r["bleu"]
+
+
+# ------------------------------------------------------------------ command line
+def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, pairs in (("train", list(zip(study.corpus.train_src, study.corpus.train_tgt))),
+                         ("dev", list(zip(study.corpus.dev_src, study.corpus.dev_tgt))),
+                         ("test", list(zip(*study.splits["test"])))):
+        (data / f"{split}.src").write_text("".join(" ".join(s) + "\n" for s, _ in pairs))
+        (data / f"{split}.tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
+    parser = argparse.ArgumentParser()
+    P.add_prune_command(parser.add_subparsers(dest="command"))
+    out = str(tmp_path / "pruned.npz")
+    a = parser.parse_args(["prune", study.path, "--lambda", "0.5", "--steps", "10", "--data", str(data),
+                           "--n-test", "8", "--out", out])
+    r = a.func(a)
+    text = capsys.readouterr().out
+    assert "enc       per layer" in text and "test BLEU (8 sentences, greedy)" in text
+    ck = checkpoint.load(out)
+    np.testing.assert_array_equal(backend.to_host(ck.extra("log_alpha.enc")), backend.to_host(r["result"].log_alpha["enc"]))
