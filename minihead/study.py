@@ -24,7 +24,8 @@ class Study:
     corpus: Corpus          # train / dev token lists and source frequencies
     splits: dict            # split -> (src token lists, tgt token lists)
     trees: dict             # "dev" / "test" -> gold Sentence lists
-    history: list
+    history: list           # dev BLEU and loss at each evaluation
+    curve: list             # [step, training loss] every CURVE_EVERY steps
     path: str               # the best checkpoint
 
 
@@ -43,8 +44,9 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
         resume = os.path.exists(os.path.join(out, "last.npz"))
         res = train(corpus, cfg, tcfg, out, resume=resume, progress=progress)
         with open(done, "w") as f:
-            json.dump({"history": res.history, "best_bleu": res.best_bleu}, f)
+            json.dump({"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu}, f)
     with open(done) as f:
-        history = json.load(f)["history"]
+        logged = json.load(f)
     ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
-    return Study(tag, ck.params, ck.cfg, ck.vocab, corpus, splits, trees, history, ck.path)
+    return Study(tag, ck.params, ck.cfg, ck.vocab, corpus, splits, trees, logged["history"],
+                 logged.get("curve", []), ck.path)

@@ -33,6 +33,8 @@ class TrainConfig:
         return asdict(self)
 
 
+CURVE_EVERY = 20   # steps between points of the training curve (running mean since the last evaluation)
+
 PRESETS = {
     # for tests and CI: a couple of minutes at most on 2 cores
     "quick": (dict(n_enc_layers=3, n_dec_layers=3, n_heads=4, d_model=64, d_ff=128, dropout=0.1),
@@ -84,15 +86,16 @@ class TrainResult:
     cfg: Config
     vocab: Vocab
     history: list
+    curve: list           # [step, running mean training loss since the last evaluation]
     best_path: str
     last_path: str
     best_bleu: float
 
 
-def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=0.0, n_acc=0):
+def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=0.0, n_acc=0, curve=()):
     return {"train": tcfg.to_dict(), "step": step, "epoch": epoch, "batch_pos": batch_pos,
             "history": history, "best_bleu": best_bleu, "bad_evals": bad_evals,
-            "loss_acc": loss_acc, "n_acc": n_acc}
+            "loss_acc": loss_acc, "n_acc": n_acc, "curve": list(curve)}
 
 
 def dev_bleu(params, cfg, corpus, n, gates=None):
@@ -122,12 +125,12 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         ck.restore_rng(gen)
         step, epoch, pos = m["step"], m["epoch"], m["batch_pos"]
         history, best, bad = m["history"], m["best_bleu"], m["bad_evals"]
-        loss_acc, n_acc = m["loss_acc"], m["n_acc"]
+        loss_acc, n_acc, curve = m["loss_acc"], m["n_acc"], m["curve"]
     else:
         params = init_params(cfg, seed=tcfg.seed)
         opt = Adam(params)
         step, epoch, pos, history, best, bad = 0, 0, 0, [], -1.0, 0
-        loss_acc, n_acc = 0.0, 0
+        loss_acc, n_acc, curve = 0.0, 0, []
     order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
     bar = tqdm(total=tcfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
     t0, tok, run_steps = time.time(), 0, 0
@@ -144,7 +147,8 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         opt.step(params, grads, noam_lr(step, cfg.d_model, tcfg.warmup, tcfg.lr_factor))
         loss_acc, n_acc, tok, run_steps = loss_acc + float(loss), n_acc + 1, tok + b.n_tokens, run_steps + 1
         bar.update(1)
-        if step % 20 == 0:
+        if step % CURVE_EVERY == 0:
+            curve.append([step, loss_acc / n_acc])
             bar.set_postfix(loss=f"{loss_acc / n_acc:.3f}", tok_s=f"{tok / (time.time() - t0):.0f}")
         if step % tcfg.eval_every == 0 or step == tcfg.max_steps:
             score = dev_bleu(params, cfg, corpus, tcfg.dev_bleu_sentences, gates)
@@ -156,13 +160,13 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
                 checkpoint.save(best_path, params, cfg, vocab, meta=_meta(tcfg, step, epoch, pos, history, best, bad))
             else:
                 bad += 1
-            checkpoint.save(last_path, params, cfg, vocab, opt, gen, _meta(tcfg, step, epoch, pos, history, best, bad))
+            checkpoint.save(last_path, params, cfg, vocab, opt, gen, _meta(tcfg, step, epoch, pos, history, best, bad, curve=curve))
             if bad >= tcfg.patience:
                 log(f"early stop at step {step}: no dev BLEU gain in {bad} evaluations") if progress else None
                 stopped = True
         if stop_after is not None and run_steps >= stop_after:
             checkpoint.save(last_path, params, cfg, vocab, opt, gen,
-                            _meta(tcfg, step, epoch, pos, history, best, bad, loss_acc, n_acc))
+                            _meta(tcfg, step, epoch, pos, history, best, bad, loss_acc, n_acc, curve))
             break
     bar.close()
-    return TrainResult(params, cfg, vocab, history, best_path, last_path, best)
+    return TrainResult(params, cfg, vocab, history, curve, best_path, last_path, best)

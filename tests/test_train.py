@@ -35,7 +35,7 @@ def test_same_seed_same_numbers(tmp_path):
     cfg, tcfg = tiny(c)
     r1 = train(c, cfg, tcfg, str(tmp_path / "a"), progress=False)
     r2 = train(c, cfg, tcfg, str(tmp_path / "b"), progress=False)
-    assert r1.history == r2.history
+    assert r1.history == r2.history and r1.curve == r2.curve and len(r1.curve) == 1
     assert all(np.array_equal(r1.params[k], r2.params[k]) for k in r1.params)
     r3 = train(c, cfg, tiny(c, seed=2)[1], str(tmp_path / "c"), progress=False)
     assert r3.history != r1.history, "a different seed gives different numbers"
@@ -51,7 +51,7 @@ def test_resume_is_exact(tmp_path):
     part = str(tmp_path / "part")
     train(c, cfg, tcfg, part, progress=False, stop_after=13)
     resumed = train(c, cfg, tcfg, part, resume=True, progress=False)
-    assert resumed.history == full.history
+    assert resumed.history == full.history and resumed.curve == full.curve
     assert all(np.array_equal(resumed.params[k], full.params[k]) for k in full.params)
 
 
