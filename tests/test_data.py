@@ -40,6 +40,15 @@ def test_regenerating_data_small_is_byte_identical(tmp_path):
     assert sum((DATA / n).stat().st_size for n in shipped) < 8 * 2**20
 
 
+def test_cli_small_sizes_and_train_conllu(tmp_path):
+    synth.main(["--out", str(tmp_path), "--seed", "5", "--n-train", "40", "--n-dev", "6",
+                "--n-test", "6", "--train-conllu"])
+    splits, trees = corpus.load_data_small(tmp_path)
+    train = conllu_io.read_conllu(tmp_path / "train.conllu")
+    assert len(train) == 40 and [s.tokens for s in train] == splits["train"][0]
+    assert len(trees["test"]) == 6 and "## Statistics" in (tmp_path / "README.md").read_text()
+
+
 def _independent_tree_check(s):
     """One root, heads in range, every word reaches the root (no cycle), written from scratch."""
     n = len(s.tokens)

@@ -516,7 +516,7 @@ def _readme(splits, lex, seed):
     dev = splits["dev"]
 
     def first(cond):
-        return next(p for p in dev if cond(p))
+        return next((p for p in dev if cond(p)), None)  # None: a tiny dev set may lack one
 
     def far_subj(p):
         return any(p.tree.deprels[i] == "nsubj" and p.tree.heads[i] - 1 - i > 3 for i in range(len(p.src)))
@@ -594,7 +594,7 @@ def _readme(splits, lex, seed):
     w("## Worked examples (from dev)\n")
     w("Gloss: each target token `=` the source word it realises (case particles are glossed with the "
       "verb that selects them).\n")
-    for title, p in examples:
+    for title, p in (ex for ex in examples if ex[1] is not None):
         w(f"**{title}.**\n")
         w(f"- source: `{' '.join(p.src)}`")
         w(f"- tree: {_arcs_summary(p.tree)}")
