@@ -9,11 +9,16 @@ Every rule maps the relevance ``R`` of a layer's output to that of its input(s),
 values held in the caches; rules are small named functions in :data:`RULES`, chosen by name:
 
     linear       "epsilon" (default; eps = 0 is Ding et al.'s z-rule) | "alphabeta"
-    residual     "proportional"   R_x = x / y R_y, R_f = f / y R_y
+    residual     "epsilon": R_x = x / y R_y, R_f = f / y R_y | "alphabeta"
     layernorm    "linear" (default: std held constant, then the linear rule) | "identity"
     attention    "values" (default: weights held constant, Ali et al. 2022 AH-rule) | "full"
     elementwise  "identity"  (ReLU, the head gate)
     embedding    "sum"       (relevance of a token = sum over d)
+
+The ``linear`` choice is a family: with "alphabeta" the residual split, the LayerNorm map and the value
+path of attention use their alpha-beta versions too (see :class:`Rules`). With the default
+alpha = beta = 0.5 ("sum" convention) every transition weight is >= 0, so relevance stays >= 0; the
+epsilon family is signed and, on trained models, can put large cancelling relevances on the heads.
 
 Relevance arrays may carry extra LEADING axes in front of the activation's shape (one per starting
 position for ``per_position=True``); every rule broadcasts over them, so the same code serves both.
@@ -78,7 +83,25 @@ def linear_epsilon(x, W, b, z, R, eps=DEFAULT_EPS):
     return x * (s @ _swap(W))                                # (*lead, ..., din)
 
 
-def linear_alphabeta(x, W, b, z, R, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS):
+def _ab_weights(zpos, zneg, R, alpha, beta, convention, eps, fallback):
+    """Per-output multipliers (u+, u-) of the alpha-beta family: R_i = sum_j z+_ij u+_j + z-_ij u-_j.
+
+    u+ = a R / z+, u- = b R / z- with (a, b) = (alpha, beta) ("sum") or (alpha, -beta) ("difference").
+    ``fallback`` (only for "sum"): an output with no positive part (z+ = 0) hands ALL its relevance,
+    (alpha + beta) R, to the negative part and vice versa, instead of losing that share."""
+    if convention not in ("sum", "difference"):
+        raise LRPError(f"alpha-beta convention must be 'sum' or 'difference', got {convention!r}")
+    if convention == "sum":
+        a, b = alpha, beta
+        if fallback:
+            a = xp.where(zneg == 0, alpha + beta, xp.where(zpos == 0, 0.0, alpha))   # (..., dout)
+            b = xp.where(zpos == 0, alpha + beta, xp.where(zneg == 0, 0.0, beta))
+    else:
+        a, b = alpha, -beta
+    return a * _stab_div(R, zpos, eps), b * _stab_div(R, zneg, eps)
+
+
+def linear_alphabeta(x, W, b, z, R, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS, fallback=True):
     """Alpha-beta rule: positive and negative contributions z_ij = x_i w_ij normalised apart.
 
         "sum" (the-story-of-heads lib/layers/lrp.py, default alpha = beta = 0.5, alpha + beta = 1):
@@ -87,25 +110,22 @@ def linear_alphabeta(x, W, b, z, R, alpha=0.5, beta=0.5, convention="sum", eps=D
             R_i = sum_j (alpha z+_ij / z+_j - beta z-_ij / z-_j) R_j
     with z+_j = sum_i max(z_ij, 0) + max(b_j, 0) and z-_j likewise with min: the bias takes its share of
     each part and that share is lost. Each output's relevance is conserved when alpha + beta = 1 ("sum")
-    or alpha - beta = 1 ("difference"), up to the bias share and eps (added to |z+|, |z-|).
-    Vectorised through (x w)+ = x+ w+ + x- w- and (x w)- = x+ w- + x- w+ (no (din, dout) tensor);
-    ``z`` is unused (kept for the common signature)."""
-    if convention not in ("sum", "difference"):
-        raise LRPError(f"alpha-beta convention must be 'sum' or 'difference', got {convention!r}")
+    or alpha - beta = 1 ("difference"), up to the bias share and eps (added to |z+|, |z-|), except that an
+    output with contributions of one sign only loses the other share; with ``fallback`` ("sum" only, the
+    default) that share goes to the side that exists (the official code instead rescales each layer's
+    total). With "sum", alpha, beta >= 0, every transition weight is >= 0: positive relevance stays
+    positive. Vectorised through (x w)+ = x+ w+ + x- w- and (x w)- = x+ w- + x- w+ (no (din, dout)
+    tensor); ``z`` is unused (kept for the common signature). ``W`` may be batched (..., din, dout)."""
     xpos, xneg = xp.maximum(x, 0), xp.minimum(x, 0)          # (..., din)
     Wpos, Wneg = xp.maximum(W, 0), xp.minimum(W, 0)          # (din, dout)
     b = 0.0 if b is None else b
     zpos = xpos @ Wpos + xneg @ Wneg + xp.maximum(b, 0)      # (..., dout) >= 0
     zneg = xpos @ Wneg + xneg @ Wpos + xp.minimum(b, 0)      # (..., dout) <= 0
-    spos = _stab_div(R, zpos, eps)                           # (*lead, ..., dout)
-    sneg = _stab_div(R, zneg, eps)
-    Rpos = xpos * (spos @ _swap(Wpos)) + xneg * (spos @ _swap(Wneg))  # (*lead, ..., din)
-    Rneg = xpos * (sneg @ _swap(Wneg)) + xneg * (sneg @ _swap(Wpos))
-    sign = 1.0 if convention == "sum" else -1.0
-    return alpha * Rpos + sign * beta * Rneg
+    upos, uneg = _ab_weights(zpos, zneg, R, alpha, beta, convention, eps, fallback)  # (*lead, ..., dout)
+    return (xpos * (upos @ _swap(Wpos)) + xneg * (upos @ _swap(Wneg))      # (*lead, ..., din)
+            + xpos * (uneg @ _swap(Wneg)) + xneg * (uneg @ _swap(Wpos)))
 
 
-# --------------------------------------------------------------------------- other rules
 def residual_proportional(x, f, R, eps=DEFAULT_EPS):
     """Residual y = x + f: each branch gets its share, R_x = x / y R_y, R_f = f / y R_y (Ding et al.
     2017's rule for a sum; the-story-of-heads relprop_add). Conserves: R_x + R_f = R_y (up to eps)."""
@@ -130,6 +150,37 @@ def layernorm_identity(x, y, rstd, g, R, eps=DEFAULT_EPS):
     return R
 
 
+def residual_alphabeta(x, f, R, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS, fallback=True):
+    """Residual y = x + f under the alpha-beta rule (each element is a sum of two contributions x, f):
+    R_x = (a x+ / (x+ + f+) + b x- / (x- + f-)) R_y, likewise R_f; (a, b) as in :func:`linear_alphabeta`."""
+    xpos, xneg, fpos, fneg = xp.maximum(x, 0), xp.minimum(x, 0), xp.maximum(f, 0), xp.minimum(f, 0)
+    upos, uneg = _ab_weights(xpos + fpos, xneg + fneg, R, alpha, beta, convention, eps, fallback)
+    return xpos * upos + xneg * uneg, fpos * upos + fneg * uneg
+
+
+def layernorm_alphabeta(x, y, rstd, g, R, b=None, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS,
+                        fallback=True):
+    """LayerNorm with rstd held constant (the linear map M_ij = rstd g_j (delta_ij - 1/d)) under the
+    alpha-beta rule, contributions z_ij = x_i M_ij, i.e. x_i c_j off the diagonal (c_j = -rstd g_j / d)
+    and x_j D_j on it (D_j = rstd g_j (1 - 1/d)); beta ``b`` (the LN bias) in z+ / z- as for a linear
+    layer. Vectorised with S+- = sum_i x_i^+-:  sum_{i != j} (x_i c_j)+ = c_j+ (S+ - x_j+) + c_j- (S- - x_j-)."""
+    d = x.shape[-1]
+    xpos, xneg = xp.maximum(x, 0), xp.minimum(x, 0)          # (..., d)
+    c = -rstd * g / d                                        # (..., d) off-diagonal factor
+    D = rstd * g * (1.0 - 1.0 / d)                           # (..., d) diagonal factor
+    cpos, cneg = xp.maximum(c, 0), xp.minimum(c, 0)
+    Spos, Sneg = xpos.sum(-1, keepdims=True), xneg.sum(-1, keepdims=True)  # (..., 1)
+    diag = x * D                                             # (..., d) z_jj
+    b = 0.0 if b is None else b
+    zpos = cpos * (Spos - xpos) + cneg * (Sneg - xneg) + xp.maximum(diag, 0) + xp.maximum(b, 0)
+    zneg = cneg * (Spos - xpos) + cpos * (Sneg - xneg) + xp.minimum(diag, 0) + xp.minimum(b, 0)
+    upos, uneg = _ab_weights(zpos, zneg, R, alpha, beta, convention, eps, fallback)  # (*lead, ..., d)
+    sum_ = lambda a: a.sum(-1, keepdims=True)                # noqa: E731
+    off = (xpos * (sum_(cpos * upos) - cpos * upos) + xneg * (sum_(cneg * upos) - cneg * upos)
+           + xpos * (sum_(cneg * uneg) - cneg * uneg) + xneg * (sum_(cpos * uneg) - cpos * uneg))
+    return off + xp.maximum(diag, 0) * upos + xp.minimum(diag, 0) * uneg
+
+
 def attention_values(A, Q, K, V, Z, scale, R, eps=DEFAULT_EPS, value_share=None):
     """Attention with the weights held constant (Ali et al. 2022, "AH-rule"): Z_q = sum_k A_qk V_k is
     linear in V, so the epsilon rule gives
@@ -140,6 +191,16 @@ def attention_values(A, Q, K, V, Z, scale, R, eps=DEFAULT_EPS, value_share=None)
     Returns (R_Q, R_K, R_V) with R_Q = R_K = None."""
     s = _stab_div(R, Z, eps)                                 # (*lead, B, H, Tq, dh)
     return None, None, V * (_swap(A) @ s)                    # (*lead, B, H, Tk, dh)
+
+
+def attention_values_alphabeta(A, Q, K, V, Z, scale, R, alpha=0.5, beta=0.5, convention="sum",
+                               eps=DEFAULT_EPS, fallback=True):
+    """Weights held constant, alpha-beta rule on Z_qc = sum_k A_qk V_kc: as A >= 0, the positive part of
+    a contribution is A_qk V+_kc, so z+ = A V+, z- = A V-, and R_V = V+ (A^T u+) + V- (A^T u-)."""
+    Vpos, Vneg = xp.maximum(V, 0), xp.minimum(V, 0)          # (B, H, Tk, dh)
+    upos, uneg = _ab_weights(A @ Vpos, A @ Vneg, R, alpha, beta, convention, eps, fallback)
+    At = _swap(A)                                            # (B, H, Tk, Tq)
+    return None, None, Vpos * (At @ upos) + Vneg * (At @ uneg)
 
 
 def attention_full(A, Q, K, V, Z, scale, R, eps=DEFAULT_EPS, value_share=0.5):
@@ -179,9 +240,11 @@ def embedding_sum(R):
 
 RULES = {
     "linear": {"epsilon": linear_epsilon, "alphabeta": linear_alphabeta},
-    "residual": {"proportional": residual_proportional},
-    "layernorm": {"linear": layernorm_linear, "identity": layernorm_identity},
-    "attention": {"values": attention_values, "full": attention_full},
+    "residual": {"epsilon": residual_proportional, "alphabeta": residual_alphabeta},
+    "layernorm": {"linear": layernorm_linear, "linear_alphabeta": layernorm_alphabeta,
+                  "identity": layernorm_identity},
+    "attention": {"values": attention_values, "values_alphabeta": attention_values_alphabeta,
+                  "full": attention_full},
     "elementwise": {"identity": elementwise_identity},
     "embedding": {"sum": embedding_sum},
 }
@@ -190,12 +253,15 @@ RULES = {
 # --------------------------------------------------------------------------- options
 @dataclass
 class Rules:
-    """Which rule of :data:`RULES` each layer type uses, and their constants.
+    """Which rules of :data:`RULES` are used, and their constants.
 
-    Defaults: epsilon rule with eps = 1e-6 (eps = 0 is the paper's z-rule; a tiny eps only keeps
-    z = 0 from dividing by zero), LayerNorm "linear", attention "values"; for "alphabeta" the official
-    code's alpha = beta = 0.5 with convention "sum" (use alpha=2, beta=1, convention="difference" for
-    Bach et al. / zennit); ``value_share`` is the value branch's share in the "full" attention rule."""
+    ``linear`` picks the family: "epsilon" (default; eps = 1e-6 only keeps z = 0 from dividing by zero,
+    eps = 0 is the paper's z-rule) or "alphabeta" (the official code's alpha = beta = 0.5 with convention
+    "sum"; alpha=2, beta=1, convention="difference" for Bach et al. / zennit). The family applies to
+    every linear-in-the-input operation: linear layers, the residual split, the LayerNorm map
+    (``layernorm="linear"``, default; or "identity") and the value path of attention
+    (``attention="values"``, default, weights constant). ``attention="full"`` also feeds queries and keys
+    (its internal splits always use the epsilon rule); ``value_share`` is its value-branch share."""
     linear: str = "epsilon"
     layernorm: str = "linear"
     attention: str = "values"
@@ -204,31 +270,49 @@ class Rules:
     beta: float = 0.5
     convention: str = "sum"
     value_share: float = 0.5
+    fallback: bool = True
 
     def __post_init__(self):
-        for kind in ("linear", "layernorm", "attention"):
-            name = getattr(self, kind)
-            if name not in RULES[kind]:
-                raise LRPError(f"unknown {kind} rule {name!r}; choose one of {sorted(RULES[kind])}")
+        for kind, names in (("linear", RULES["linear"]), ("layernorm", ("linear", "identity")),
+                            ("attention", ("values", "full"))):
+            if getattr(self, kind) not in names:
+                raise LRPError(f"unknown {kind} rule {getattr(self, kind)!r}; choose one of {sorted(names)}")
         if self.eps < 0:
             raise LRPError(f"eps must be >= 0, got {self.eps}")
         if not 0.0 <= self.value_share <= 1.0:
             raise LRPError(f"value_share must lie in [0, 1], got {self.value_share}")
+        if self.convention not in ("sum", "difference"):
+            raise LRPError(f"alpha-beta convention must be 'sum' or 'difference', got {self.convention!r}")
+
+    @property
+    def _ab(self):
+        return dict(alpha=self.alpha, beta=self.beta, convention=self.convention, eps=self.eps,
+                    fallback=self.fallback)
 
     def lin(self, x, W, b, z, R):
         if self.linear == "epsilon":
             return linear_epsilon(x, W, b, z, R, self.eps)
-        return linear_alphabeta(x, W, b, z, R, self.alpha, self.beta, self.convention, self.eps)
+        return linear_alphabeta(x, W, b, z, R, **self._ab)
 
-    def ln(self, x, y, c_ln, R):
+    def ln(self, x, y, c_ln, R, b=None):
         xc, xhat, rstd, g = c_ln
-        return RULES["layernorm"][self.layernorm](x, y, rstd, g, R, self.eps)
+        if self.layernorm == "identity":
+            return layernorm_identity(x, y, rstd, g, R)
+        if self.linear == "epsilon":
+            return layernorm_linear(x, y, rstd, g, R, self.eps)
+        return layernorm_alphabeta(x, y, rstd, g, R, b, **self._ab)
 
     def res(self, x, f, R):
-        return residual_proportional(x, f, R, self.eps)
+        if self.linear == "epsilon":
+            return residual_proportional(x, f, R, self.eps)
+        return residual_alphabeta(x, f, R, **self._ab)
 
     def attn(self, A, Q, K, V, Z, scale, R):
-        return RULES["attention"][self.attention](A, Q, K, V, Z, scale, R, self.eps, self.value_share)
+        if self.attention == "full":
+            return attention_full(A, Q, K, V, Z, scale, R, self.eps, self.value_share)
+        if self.linear == "epsilon":
+            return attention_values(A, Q, K, V, Z, scale, R, self.eps)
+        return attention_values_alphabeta(A, Q, K, V, Z, scale, R, **self._ab)
 
 
 # --------------------------------------------------------------------------- result
@@ -320,10 +404,10 @@ def _sublayer_relprop(R_y, sl, core, params, cfg, rules):
         R_x, R_fx = rules.res(x, fx, R_y)
         R_h, extra = core(R_fx, fx)
         h = _ln_out(sl)                                      # (B, T, d) LN output = f's input
-        return R_x + rules.ln(x, h, sl["ln"], R_h), extra, R_fx
+        return R_x + rules.ln(x, h, sl["ln"], R_h, params[sl["ln_name"] + ".b"]), extra, R_fx
     xc, xhat, rstd, g = sl["ln"]
     y = xhat * g + params[sl["ln_name"] + ".b"]              # (B, T, d) sublayer output
-    R_r = rules.ln(x + fx, y, sl["ln"], R_y)
+    R_r = rules.ln(x + fx, y, sl["ln"], R_y, params[sl["ln_name"] + ".b"])
     R_x, R_fx = rules.res(x, fx, R_r)
     R_h, extra = core(R_fx, fx)
     return R_x + R_h, extra, R_fx
@@ -405,7 +489,7 @@ def _propagate(params, cfg, cache, tgt_mask, rules, starts, keep_full):
     # decoder, top down; R_enc collects what the cross-attentions send to the encoder output
     dc, enc = cache["dec"], cache["enc_out"]
     if cfg.pre_norm:
-        R = rules.ln(_stack_top(dc), cache["dec_out"], dc["ln"], R)
+        R = rules.ln(_stack_top(dc), cache["dec_out"], dc["ln"], R, params["dec_ln.b"])
         totals["dec_ln"] = _tot(R, 3)
     R_enc = None
     for l in reversed(range(cfg.n_dec_layers)):
@@ -430,7 +514,7 @@ def _propagate(params, cfg, cache, tgt_mask, rules, starts, keep_full):
     ec = cache["enc"]
     R = R_enc
     if cfg.pre_norm:
-        R = rules.ln(_stack_top(ec), enc, ec["ln"], R)
+        R = rules.ln(_stack_top(ec), enc, ec["ln"], R, params["enc_ln.b"])
         totals["enc_ln"] = _tot(R, 3) + _tot(tgt, 2)
     for l in reversed(range(cfg.n_enc_layers)):
         cl = ec["layers"][l]

@@ -40,13 +40,20 @@ def test_head_relevance_rows_sum_to_one(per_position):
 
 def test_head_relevance_definitions():
     """per_position=True: mean over real (sentence, position) of r[l, h] / sum_h r[l, h] per position;
-    per_position=False: (sum over positions of r[l, h]) / (sum over positions and heads)."""
+    per_position=False: (sum over positions of r[l, h]) / (sum over positions and heads). The rule family
+    defaults to alpha-beta (importance.DEFAULT_RULES); an explicit linear="epsilon" is honoured."""
     cfg, params = toy_model()
     b = eos_batch(np.random.default_rng(21), cfg.vocab_size)
-    rp = lrp.relevance(params, cfg, b, per_position=True)
-    r = lrp.relevance(params, cfg, b)
+    rp = lrp.relevance(params, cfg, b, per_position=True, linear="alphabeta")
+    r = lrp.relevance(params, cfg, b, linear="alphabeta")
     exact = importance.head_relevance(params, cfg, [b], per_position=True)
     summed = importance.head_relevance(params, cfg, [b])
+    r_eps = lrp.relevance(params, cfg, b, linear="epsilon")
+    summed_eps = importance.head_relevance(params, cfg, [b], linear="epsilon")
+    for k in importance.KINDS:
+        tot = r_eps.head[k].sum(1)
+        assert np.allclose(summed_eps[k], tot / tot.sum(-1, keepdims=True))
+        assert 0 <= exact[k].min() and exact[k].max() <= 1
     for k in importance.KINDS:
         h = rp.head[k]                                       # (L, B, T0, H)
         want = np.zeros(h.shape[::3])

@@ -104,6 +104,67 @@ def test_linear_alphabeta_matches_loops(alpha, beta, conv):
         lrp.linear_alphabeta(x, W, b, None, R, convention="both")
 
 
+def slow_alphabeta(zc, bias, R, alpha, beta, conv, eps, fallback):
+    """Textbook alpha-beta on explicit contributions zc[n, i, j] (input i -> output j), bias[n, j]."""
+    N, I, J = zc.shape
+    out = np.zeros((N, I))
+    s = 1.0 if conv == "sum" else -1.0
+    for n in range(N):
+        for j in range(J):
+            zp = sum(max(zc[n, i, j], 0) for i in range(I)) + max(bias[n, j], 0)
+            zn = sum(min(zc[n, i, j], 0) for i in range(I)) + min(bias[n, j], 0)
+            a, b = alpha, s * beta
+            if fallback and zn == 0:
+                a, b = alpha + beta, 0.0
+            if fallback and zp == 0:
+                a, b = 0.0, alpha + beta
+            for i in range(I):
+                if zp + eps != 0:
+                    out[n, i] += a * max(zc[n, i, j], 0) / (zp + eps) * R[n, j]
+                if zn != 0:
+                    out[n, i] += b * min(zc[n, i, j], 0) / (zn - eps) * R[n, j]
+    return out
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_alphabeta_family_matches_loops(fallback):
+    """Alpha-beta ('sum', 0.5 / 0.5) for a linear layer with one-signed outputs present, the residual
+    split (contributions x, f per element), the LayerNorm map (x_i M_ij, M_ij = rstd g_j (delta_ij - 1/d),
+    bias beta) and the value path of attention (A_qk V_kc), each against explicit loops; with the
+    fallback a one-signed output hands its whole relevance to the side that exists."""
+    g = np.random.default_rng(30)
+    eps, kw = 1e-9, dict(alpha=0.5, beta=0.5, convention="sum", fallback=fallback)
+    x, W, R = np.abs(g.normal(size=(4, 3))), g.normal(size=(3, 5)), g.normal(size=(4, 5))
+    W[:, 0], W[:, 1] = np.abs(W[:, 0]), -np.abs(W[:, 1])    # outputs 0 and 1 are one-signed
+    want = slow_alphabeta(x[:, :, None] * W[None], np.zeros((4, 5)), R, 0.5, 0.5, "sum", eps, fallback)
+    assert np.allclose(lrp.linear_alphabeta(x, W, None, None, R, eps=eps, fallback=fallback), want)
+    if fallback:
+        assert np.allclose(want.sum(-1), R.sum(-1))          # conserving despite one-signed outputs
+    # residual
+    x, f, R = g.normal(size=(3, 4)), g.normal(size=(3, 4)), g.normal(size=(3, 4))
+    Rx, Rf = lrp.residual_alphabeta(x, f, R, eps=eps, **kw)
+    zc = np.stack([x.reshape(-1), f.reshape(-1)], 1)[:, :, None]           # (12, 2, 1)
+    want = slow_alphabeta(zc, np.zeros((12, 1)), R.reshape(-1, 1), 0.5, 0.5, "sum", eps, fallback)
+    assert np.allclose(Rx.reshape(-1), want[:, 0]) and np.allclose(Rf.reshape(-1), want[:, 1])
+    # layer norm
+    from minihead.layers import layernorm_forward
+    d = 5
+    x, gain, bb, R = g.normal(size=(3, d)) + 0.5, g.normal(size=d), g.normal(size=d) * 0.1, g.normal(size=(3, d))
+    y, c = layernorm_forward(x, gain, bb)
+    rstd = c[2]
+    M = rstd[:, :, None] * gain[None, None, :] * (np.eye(d) - 1 / d)[None]  # (3, i, j)
+    want = slow_alphabeta(x[:, :, None] * M, np.tile(bb, (3, 1)), R, 0.5, 0.5, "sum", eps, fallback)
+    assert np.allclose(lrp.layernorm_alphabeta(x, y, rstd, gain, R, bb, eps=eps, **kw), want, atol=1e-10)
+    # attention values
+    A, Q, K, V, Z, scale, R = _attn_inputs(31)
+    _, _, RV = lrp.attention_values_alphabeta(A, Q, K, V, Z, scale, R, eps=eps, **kw)
+    B, H, Tq, Tk = A.shape
+    for b, h, cc in itertools.product(range(B), range(H), range(V.shape[-1])):
+        zc = (V[b, h, :, cc][:, None] * A[b, h].T)[None]                     # (1, k, q)
+        want = slow_alphabeta(zc, np.zeros((1, Tq)), R[b, h, :, cc][None], 0.5, 0.5, "sum", eps, fallback)
+        assert np.allclose(RV[b, h, :, cc], want[0], atol=1e-10)
+
+
 def test_alphabeta_conserves_when_both_signs_present():
     """With b = 0 and every output having positive and negative contributions, sum_i R_i = sum_j R_j
     under alpha + beta = 1 ('sum') and alpha - beta = 1 ('difference')."""
@@ -228,6 +289,8 @@ def test_registry_and_bad_names():
         lrp.Rules(eps=-1.0)
     with pytest.raises(lrp.LRPError, match="value_share"):
         lrp.Rules(value_share=2.0)
+    with pytest.raises(lrp.LRPError, match="convention"):
+        lrp.Rules(linear="alphabeta", convention="both")
 
 
 # ----------------------------------------------------------------------------- LRP-0 = gradient x input
@@ -321,6 +384,22 @@ def test_conservation_bias_free(pre_norm, shared, attention, record_property):
     record_property("relative_drift_with_biases", drift)
     print(f"relative drift of total relevance with biases on ({pre_norm=}, {attention=}): {drift:.3g}")
     assert np.isfinite(drift) and drift > 1e-6              # biases do absorb relevance
+
+
+@pytest.mark.parametrize("pre_norm,shared", [(True, True), (False, False)], ids=["pre-shared", "post-sep"])
+def test_alphabeta_model_is_positive_and_conserving(pre_norm, shared):
+    """linear="alphabeta" (0.5 / 0.5, 'sum', fallback), weights constant, bias-free: every transition weight
+    is >= 0, so every head, token and stage total is >= 0, and the total is still conserved exactly."""
+    cfg, params = toy_model(pre_norm, shared)
+    batch = toy_batch(np.random.default_rng(32), cfg.vocab_size)
+    n_real = batch.tgt_mask.sum(1).astype(float)
+    r = lrp.relevance(params, cfg, batch, linear="alphabeta", eps=0.0)
+    for stage, tot in r.totals.items():
+        assert np.allclose(tot, n_real, atol=1e-9), stage
+    for k in lrp.KINDS:
+        assert r.head[k].min() >= -1e-12, k
+        assert np.allclose(r.head[k].sum(-1), r.sublayer[k])
+    assert r.src.min() >= -1e-12 and r.tgt.min() >= -1e-12 and r.src_token.min() >= -1e-12
 
 
 @pytest.mark.parametrize("attention", ["values", "full"])
