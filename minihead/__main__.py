@@ -93,6 +93,36 @@ def cmd_evaluate(a):
     return s
 
 
+def cmd_importance(a):
+    """Head relevance (LRP), confidence and Michel et al. importance of every head, per layer."""
+    from . import importance
+    from .data.vocab import batches
+    ck = _load(a.checkpoint)
+    pairs = _pairs(a.data, a.split)[:a.n]
+    v = ck.vocab
+    bs = list(batches([v.encode(s) for s, _ in pairs], [v.encode(t) for _, t in pairs], 3000))
+    rel = importance.head_relevance(ck.params, ck.cfg, bs)
+    conf = importance.head_confidence(ck.params, ck.cfg, bs)
+    mich = importance.michel_importance(ck.params, ck.cfg, bs)
+    names = {"enc": "encoder self-attention", "dec_self": "decoder self-attention", "dec_enc": "decoder-encoder"}
+    for k in names:
+        print(f"\n{names[k]}: relevance / confidence / Michel importance ({len(pairs)} {a.split} pairs)")
+        for l in range(ck.cfg.n_layers(k)):
+            cells = "  ".join(f"{float(rel[k][l, h]):.2f}/{float(conf[k][l, h]):.2f}/{float(mich[k][l, h]):.2f}"
+                              for h in range(ck.cfg.n_heads))
+            print(f"  layer {l}: {cells}   top-quarter share {float(importance.top_quarter_share(rel[k])[l]):.2f}")
+    if a.out:
+        import matplotlib
+        matplotlib.use("Agg")
+        os.makedirs(a.out, exist_ok=True)
+        for k in names:
+            ax = importance.plot_importance(rel[k], conf[k], title=names[k])
+            path = os.path.join(a.out, f"relevance_{k}.png")
+            ax.figure.savefig(path, dpi=110, bbox_inches="tight")
+            print(f"saved {path}")
+    return rel, conf, mich
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m minihead", description=__doc__.splitlines()[0])
     sp = p.add_subparsers(dest="command", required=True)
@@ -119,6 +149,21 @@ def build_parser():
         else:
             s.add_argument("--show", type=int, default=3, help="print this many examples")
         s.set_defaults(func=func)
+
+    i = sp.add_parser("importance", help="head relevance (LRP), confidence, Michel importance")
+    i.add_argument("checkpoint")
+    i.add_argument("--data", default=DATA)
+    i.add_argument("--split", default="dev")
+    i.add_argument("--n", type=int, default=500, help="use the first N pairs")
+    i.add_argument("--out", default="report/importance", help="folder for the figures ('' for none)")
+    i.set_defaults(func=cmd_importance)
+
+    from .analysis import add_roles_command
+    from .prune import add_prune_command
+    from .reproduce import add_reproduce_command
+    add_roles_command(sp)
+    add_prune_command(sp)
+    add_reproduce_command(sp)
     return p
 
 
