@@ -4,6 +4,7 @@ Determinism: the batch list is cut once (sorted by length), its order is shuffle
 generator seeded by (seed, epoch), and dropout draws from one generator whose state is checkpointed;
 so the same seed gives the same loss curve, and resuming from ``last.npz`` continues bit for bit.
 """
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -20,7 +21,7 @@ from .optim import Adam, clip_grad_norm, noam_lr
 class TrainConfig:
     max_tokens: int = 3000        # padded source + target tokens per batch
     warmup: int = 800
-    lr_factor: float = 2.0        # lr = factor * d^-0.5 * min(step^-0.5, step warmup^-1.5)
+    lr: float = 3e-3              # peak learning rate, reached at step = warmup (then ~ step^-0.5)
     max_steps: int = 4000
     eval_every: int = 500         # steps between dev BLEU evaluations (and last.npz saves)
     patience: int = 3             # stop after this many evaluations without a better dev BLEU
@@ -39,10 +40,10 @@ PRESETS = {
     # for tests and CI: a couple of minutes at most on 2 cores
     "quick": (dict(n_enc_layers=3, n_dec_layers=3, n_heads=4, d_model=64, d_ff=128, dropout=0.1),
               dict(max_steps=600, eval_every=300, n_train=10000, max_tokens=2500, warmup=250,
-                   lr_factor=3.0, dev_bleu_sentences=150, patience=2)),
+                   lr=5e-3, dev_bleu_sentences=150, patience=2)),
     # the chapters' model: 6 x 4 heads per attention type
     "default": (dict(n_enc_layers=6, n_dec_layers=6, n_heads=4, d_model=128, d_ff=256, dropout=0.1),
-                dict(max_steps=3000, eval_every=500, max_tokens=3000, warmup=800)),
+                dict(max_steps=2400, eval_every=400, max_tokens=3000, warmup=600, lr=4e-3)),
 }
 
 
@@ -132,6 +133,7 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         step, epoch, pos, history, best, bad = 0, 0, 0, [], -1.0, 0
         loss_acc, n_acc, curve = 0.0, 0, []
     order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
+    lr_factor = tcfg.lr * math.sqrt(cfg.d_model * tcfg.warmup)   # noam factor whose peak is tcfg.lr
     bar = tqdm(total=tcfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
     t0, tok, run_steps = time.time(), 0, 0
     stopped = False
@@ -144,7 +146,7 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         loss, grads, _ = loss_and_grads(params, cfg, b, gates=gates, rng=gen)
         clip_grad_norm(grads, tcfg.clip)
         step += 1
-        opt.step(params, grads, noam_lr(step, cfg.d_model, tcfg.warmup, tcfg.lr_factor))
+        opt.step(params, grads, noam_lr(step, cfg.d_model, tcfg.warmup, lr_factor))
         loss_acc, n_acc, tok, run_steps = loss_acc + float(loss), n_acc + 1, tok + b.n_tokens, run_steps + 1
         bar.update(1)
         if step % CURVE_EVERY == 0:
