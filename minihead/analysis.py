@@ -231,7 +231,8 @@ def format_rare(report, layers=None):
     sentence's rarest and one of its two rarest, with the chance levels (mean 1/T and 2/T)."""
     r = report.rare
     if r is None:
-        return "(no sentence has its rarest word outside the most frequent ones: no rare-word table)"
+        return ("(no rare-word table: no word frequencies were given, or no sentence has its rarest "
+                "word outside the most frequent ones)")
     first, two = backend.to_host(r.rarest), backend.to_host(r.two_rarest)
     lines = [f"{r.n_sentences} sentences whose rarest word is outside the {r.top_n} most frequent; "
              f"chance: rarest {100 * r.chance_rarest:.1f}%, one of two rarest {100 * r.chance_two:.1f}%",

@@ -15,7 +15,7 @@ import pytest
 from minihead import analysis, backend, checkpoint, roles
 from minihead.data.bpe import BPE, piece_to_word, tokenize
 from minihead.data.conllu_io import Sentence, read_conllu, write_conllu
-from minihead.data.corpus import load_data_small
+from minihead.data.corpus import REPO_ROOT, load_data_small
 from minihead.data.vocab import EOS, UNK, frequencies
 from minihead.errors import CheckpointError, MiniheadError
 from minihead.model import encoder_forward, init_params
@@ -226,6 +226,27 @@ def test_roles_command_prints_tables_and_saves_figures(word_model, tmp_path, cap
     assert rep.rare.top_n == roles.default_top_n(len(corpus.src_freq))
     for name in ("head_scores.png", "heads_sentence0.png"):
         assert (out / name).stat().st_size > 1000
+
+
+def test_roles_command_with_bpe(bpe_model, small, tmp_path, capsys):
+    """--bpe folds pieces into words; rare-word frequencies need --train-src (word counts), else
+    that table is skipped with a note rather than computed from piece counts."""
+    params, cfg, vocab, bpe = bpe_model
+    ck = checkpoint.save(str(tmp_path / "bpe.npz"), params, cfg, vocab)
+    codes = tmp_path / "codes.txt"
+    bpe.save(codes)
+    dev = str(REPO_ROOT / "data_small" / "dev.conllu")
+    rep = run_cli(["roles", ck, "--conllu", dev, "--bpe", str(codes), "--max-sentences", "30",
+                   "--out", str(tmp_path / "f")])
+    text = capsys.readouterr().out
+    assert "skipped: with --bpe" in text and rep.rare is None
+    assert [m.shape[-1] for m in rep.maps] == [len(t.tokens) for t in small[1]["dev"][:30]]
+    train_src = tmp_path / "train.src"
+    train_src.write_text("\n".join(" ".join(s) for s in small[0]["train"][0][:N_TRAIN]) + "\n")
+    rep = run_cli(["roles", ck, "--conllu", dev, "--bpe", str(codes), "--train-src", str(train_src),
+                   "--max-sentences", "30", "--out", str(tmp_path / "f")])
+    assert "chance: rarest" in capsys.readouterr().out
+    assert rep.rare.top_n == roles.default_top_n(len(frequencies(small[0]["train"][0][:N_TRAIN])))
 
 
 def one_line_error(exc_info, *parts):
