@@ -463,3 +463,12 @@ def test_bench_relevance_ratio():
     batches = [toy_batch(gen, cfg.vocab_size) for _ in range(2)]
     ratio = lrp.bench_relevance(params, cfg, batches, repeats=1)
     assert isinstance(ratio, float) and 0 < ratio < 100
+
+
+@pytest.mark.parametrize("linear", ["epsilon", "alphabeta"])
+def test_float32_model_gives_float32_relevance(linear):
+    """No silent upcast: a float32 model's relevances stay float32 (memory and speed of the pass)."""
+    cfg = model.Config(vocab_size=23, n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=8, d_ff=12)
+    params = model.init_params(cfg, 0)
+    r = lrp.relevance(params, cfg, toy_batch(np.random.default_rng(18), 23), linear=linear, attention="full")
+    assert r.head["enc"].dtype == r.src.dtype == r.totals["src_emb"].dtype == np.float32
