@@ -559,7 +559,7 @@ def relevance(params, cfg, batch, per_position=False, chunk=None, keep_full=Fals
     head relevances are the SUM over positions (one backward pass, cheap); ``per_position=True`` starts
     each position on its own (an extra axis T0, the paper-exact input to per-position normalisation),
     ``chunk`` starting positions per pass (memory x chunk; default all T at once). ``rule_options`` go to
-    :class:`Rules` (linear, layernorm, attention, eps, alpha, beta, convention, value_share)."""
+    :class:`Rules` (linear, layernorm, attention, eps, alpha, beta, convention, value_share, fallback)."""
     from . import model
     rules = rule_options.pop("rules", None) or Rules(**rule_options)
     logits, cache = model.forward(params, cfg, batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
