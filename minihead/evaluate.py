@@ -4,18 +4,23 @@ Our models emit tokens; they are joined back into text (``detok``; for BPE outpu
 first) and scored with sacrebleu's own tokenization, so numbers are comparable across tokenizers."""
 import sacrebleu
 
-from .data.bpe import detokenize
+from .data.bpe import detokenize, unsegment
+
+
+def text(tokens):
+    """Model tokens -> text: BPE pieces ("wor@@ d") are merged first (a no-op on word tokens), then
+    the words are detokenized (no space before closing punctuation)."""
+    return detokenize(unsegment(tokens))
 
 
 def _text(tokens, detok):
-    return (detok or detokenize)(tokens)
+    return (detok or text)(tokens)
 
 
 def score(hyp_token_lists, ref_token_lists, detok=None):
     """Corpus BLEU and chrF: dict with ``bleu``, ``chrf`` and their sacrebleu signatures.
 
-    ``detok`` turns a token list into text (default :func:`minihead.data.bpe.detokenize`; for BPE
-    output pass one that merges the pieces first)."""
+    ``detok`` turns a token list into text (default :func:`text`: merge BPE pieces, detokenize)."""
     if len(hyp_token_lists) != len(ref_token_lists):
         raise ValueError(f"{len(hyp_token_lists)} hypotheses but {len(ref_token_lists)} references")
     hyps = [_text(h, detok) for h in hyp_token_lists]

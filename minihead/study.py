@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from . import checkpoint
 from .data.corpus import REPO_ROOT, load_data_small
-from .train import Corpus, preset, train
+from .train import Corpus, preset
+from .train import train as train_model
 
 RUNS = REPO_ROOT / "runs"
 
@@ -42,7 +43,7 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
     done = os.path.join(out, "done.json")
     if not os.path.exists(done):
         resume = os.path.exists(os.path.join(out, "last.npz"))
-        res = train(corpus, cfg, tcfg, out, resume=resume, progress=progress)
+        res = train_model(corpus, cfg, tcfg, out, resume=resume, progress=progress)
         with open(done, "w") as f:
             json.dump({"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu}, f)
     with open(done) as f:
@@ -50,3 +51,63 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
     ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
     return Study(tag, ck.params, ck.cfg, ck.vocab, corpus, splits, trees, logged["history"],
                  logged.get("curve", []), ck.path)
+
+
+# --------------------------------------------------------------------------- real corpora
+@dataclass
+class RealStudy(Study):
+    bpe: object = None      # the BPE model learned on the training pairs (splits hold BPE pieces)
+    src_word_freq: dict = None  # training frequencies of source WORDS (for the rare-word analysis)
+
+
+def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=None, test_tgt=None,
+                    name="quick", n_merges=None, n_dev=500, runs=None, progress=True, **overrides):
+    """Train (first call) or load a preset on a real parallel corpus, segmented with a BPE model learned on
+    it (Sennrich et al. 2016). Raw text is tokenized with :func:`minihead.data.bpe.tokenize` (case kept).
+    Without dev files the last ``n_dev`` training pairs are held out; without test files dev is reused.
+    Cached under ``runs/real-<name>-<hash>/`` (hash of the files' paths, sizes and every setting)."""
+    import hashlib
+    from .data import bpe as bpe_mod
+    from .data.corpus import read_parallel
+    from .data.vocab import frequencies
+    n_merges = n_merges or (4000 if name == "quick" else 8000)
+    files = [p for p in (train_src, train_tgt, dev_src, dev_tgt, test_src, test_tgt) if p]
+    ident = json.dumps([[os.path.abspath(p), os.path.getsize(p)] for p in files]
+                       + [name, n_merges, n_dev, sorted(overrides.items())])
+    out = os.path.join(str(runs or RUNS), f"real-{name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}")
+    tok = bpe_mod.tokenize
+    train = read_parallel(train_src, train_tgt, tokenize=tok)
+    if dev_src:
+        dev = read_parallel(dev_src, dev_tgt, tokenize=tok)
+    else:
+        train, dev = train[:-n_dev], train[-n_dev:]
+    test = read_parallel(test_src, test_tgt, tokenize=tok) if test_src else dev
+    n_train = preset(name, 1, **overrides)[1].n_train
+    train = train[:n_train] if n_train else train
+    os.makedirs(out, exist_ok=True)
+    bpe_path = os.path.join(out, "bpe.codes")
+    if os.path.exists(bpe_path):
+        bpe = bpe_mod.BPE.load(bpe_path)
+    else:
+        bpe = bpe_mod.BPE.learn([s for s, _ in train] + [t for _, t in train], n_merges)
+        bpe.save(bpe_path)
+
+    def seg(pairs):
+        return [(bpe.segment(s), bpe.segment(t)) for s, t in pairs]
+    train_p, dev_p, test_p = seg(train), seg(dev), seg(test)
+    corpus = Corpus.build(train_p, dev_p)
+    cfg, tcfg = preset(name, len(corpus.vocab), **{**overrides, "n_train": None})
+    done = os.path.join(out, "done.json")
+    if not os.path.exists(done):
+        res = train_model(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
+                          progress=progress)
+        with open(done, "w") as f:
+            json.dump({"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu}, f)
+    with open(done) as f:
+        logged = json.load(f)
+    ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
+    splits = {"train": ([s for s, _ in train_p], [t for _, t in train_p]),
+              "dev": ([s for s, _ in dev_p], [t for _, t in dev_p]),
+              "test": ([s for s, _ in test_p], [t for _, t in test_p])}
+    return RealStudy(os.path.basename(out), ck.params, ck.cfg, ck.vocab, corpus, splits, {}, logged["history"],
+                     logged.get("curve", []), ck.path, bpe=bpe, src_word_freq=frequencies([s for s, _ in train]))
