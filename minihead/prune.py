@@ -129,7 +129,7 @@ def gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, reduction="sum",
     return ce, l0, grads, dla
 
 
-def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=0.1, lr_params=3e-4,
+def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=0.1, lr_params=1e-3,
           reduction="sum", max_tokens=2500, seed=0, clip=1.0, log_every=25, train_params="auto",
           init=LOG_ALPHA_OPEN, hc=None, progress=False):
     """Continue training a converged model with hard-concrete gates on the heads of ``kinds``.
@@ -323,17 +323,23 @@ def sweep(study, lambdas, kinds=("enc",), steps=300, cache_dir=None, n_test=None
 
 
 # --------------------------------------------------------------------------- from scratch (Table 2)
-def scratch_budget(study, prune_steps):
-    """"Same budget" for a configuration trained from scratch: the steps the study model was trained for
-    (its last logged step) plus the pruning steps, so both models have seen as many updates in total."""
-    return int(study.history[-1]["step"]) + int(prune_steps)
+def scratch_budget(study, prune_steps, prune_max_tokens=None):
+    """"Same budget" for a configuration trained from scratch, in batches of the study's size: the steps the
+    study model was trained for (its last logged step) plus the pruning steps, the latter scaled by
+    prune_max_tokens / the study's max_tokens when pruning used smaller batches (same number of training
+    tokens seen, to within a batch). Without ``prune_max_tokens``: study steps + pruning steps."""
+    steps = float(prune_steps)
+    if prune_max_tokens is not None:
+        steps *= prune_max_tokens / float(checkpoint.load(study.path).meta["train"]["max_tokens"])
+    return int(study.history[-1]["step"]) + int(round(steps))
 
 
 def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=False):
     """Train the study's architecture from random initialisation (the study's seed, so the same initial
-    weights) with the head configuration ``retained`` fixed (kind -> (L, H) bool; 0/1 gates, missing kinds
-    all 1) for ``steps`` steps with the study's training settings (lr schedule, batches, dropout, early
-    stopping on dev BLEU), and score its best checkpoint on the test set with the same gates. Cached as
+    weights and batch order) with the head configuration ``retained`` fixed (kind -> (L, H) bool; 0/1 gates,
+    missing kinds all 1) for ``steps`` steps with the study's training settings (lr schedule, batches,
+    dropout), and score the final model (one dev evaluation, at the end; no early stopping or checkpoint
+    selection, like the pruned model) on the test set with the same gates. Cached as
     ``scratch-<hash>.json`` beside its run folder ``scratch-<hash>/``. Returns dict bleu, steps, best_dev_bleu,
     history, cached."""
     from .train import TrainConfig, train
@@ -341,7 +347,8 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
     meta = checkpoint.load(study.path).meta
     if "train" not in meta:
         raise PruneError(f"{study.path}: no training settings in the checkpoint metadata")
-    tcfg = replace(TrainConfig(**meta["train"]), max_steps=int(steps))
+    # one dev evaluation, at the end: the model scored is the final one, as for the pruned model
+    tcfg = replace(TrainConfig(**meta["train"]), max_steps=int(steps), eval_every=int(steps))
     key = {**_study_key(study, n_test), "what": "scratch", "masks": masks, "train": tcfg.to_dict()}
     name = f"scratch-{_key_hash(key)}"
     folder = _cache_dir(study, cache_dir)
@@ -369,7 +376,7 @@ def add_prune_command(subparsers):
     p.add_argument("--n-test", type=int, default=None, help="BLEU on the first N test sentences")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr-gates", type=float, default=0.1)
-    p.add_argument("--lr-params", type=float, default=3e-4)
+    p.add_argument("--lr-params", type=float, default=1e-3)
     p.add_argument("--reduction", default="sum", choices=["sum", "layer_mean"])
     p.add_argument("--out", default=None, help="save the pruned model here (.npz; log_alpha as extras)")
     p.set_defaults(func=cmd_prune)

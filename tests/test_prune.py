@@ -208,7 +208,9 @@ def test_from_scratch_training_uses_the_masks(study, tmp_path):
     assert moved("enc", "enc1.self", 3) == [False] * 4
     assert moved("dec_enc", "dec0.cross", 0) == [False] * 4
     assert all(moved("enc", "enc0.self", 0)) and all(moved("dec_enc", "dec0.cross", 1))
+    assert [h["step"] for h in r["history"]] == [12], "one dev evaluation, at the end (the final model is scored)"
     assert P.scratch_budget(study, 100) == study.history[-1]["step"] + 100
+    assert P.scratch_budget(study, 100, prune_max_tokens=300) == study.history[-1]["step"] + 50  # study: 600 tokens
     again = P.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
     assert again["cached"] and again["bleu"] == r["bleu"]
 
