@@ -191,22 +191,22 @@ def attention_bias(key_mask, causal_T=None, dtype="float32"):
     return bias
 
 
-def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None):
+def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None, kv=None):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
 
     head_h = softmax(Q_h K_h^T / sqrt(dh) + bias) V_h;  out = concat_h(g_h head_h) W^O + b^O.
     xq (B, Tq, d), xkv (B, Tk, d); ``gate`` (H,) multiplies each head's output before W^O (Voita et
     al. 2019, sec. 6). All heads in batched matrix products. The cache exposes, for analysis, ``A`` the
-    attention weights (B, H, Tq, Tk) and ``Z`` each head's output before gating and W^O (B, H, Tq, dh)."""
+    attention weights (B, H, Tq, Tk) and ``Z`` each head's output before gating and W^O (B, H, Tq, dh).
+    ``kv``: precomputed (K, V) of ``xkv`` from :func:`mha_keys_values` (decoding only; no backward)."""
     B, Tq, d = xq.shape
-    Tk = xkv.shape[1]
     H, dh = n_heads, d // n_heads
     q, cq = linear_forward(xq, p["Wq"], p["bq"])              # (B, Tq, d)
-    k, ck = linear_forward(xkv, p["Wk"], p["bk"])             # (B, Tk, d)
-    v, cv = linear_forward(xkv, p["Wv"], p["bv"])             # (B, Tk, d)
     Q = q.reshape(B, Tq, H, dh).transpose((0, 2, 1, 3))        # (B, H, Tq, dh)
-    K = k.reshape(B, Tk, H, dh).transpose((0, 2, 1, 3))        # (B, H, Tk, dh)
-    Vh = v.reshape(B, Tk, H, dh).transpose((0, 2, 1, 3))       # (B, H, Tk, dh)
+    if kv is None:
+        (K, Vh), (ck, cv) = mha_keys_values(xkv, p, n_heads, with_cache=True)  # (B, H, Tk, dh) each
+    else:
+        (K, Vh), ck, cv = kv, None, None
     scale = 1.0 / math.sqrt(dh)
     S = (Q @ K.transpose((0, 1, 3, 2))) * scale                # (B, H, Tq, Tk)
     A, _ = softmax_forward(S, bias)                          # (B, H, Tq, Tk)
@@ -218,6 +218,17 @@ def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None):
     cache = {"q": cq, "k": ck, "v": cv, "Q": Q, "K": K, "V": Vh, "A": A, "drop": c_drop, "A_d": A_d,
              "Z": Z, "gate": gate, "concat": concat, "o": co, "scale": scale, "H": H}
     return out, cache
+
+
+def mha_keys_values(xkv, p, n_heads, with_cache=False):
+    """K, V of multi-head attention, (B, H, Tk, dh) each: k = xkv W^K + b^K, v = xkv W^V + b^V, split by head."""
+    B, Tk, d = xkv.shape
+    dh = d // n_heads
+    k, ck = linear_forward(xkv, p["Wk"], p["bk"])             # (B, Tk, d)
+    v, cv = linear_forward(xkv, p["Wv"], p["bv"])             # (B, Tk, d)
+    K = k.reshape(B, Tk, n_heads, dh).transpose((0, 2, 1, 3))  # (B, H, Tk, dh)
+    Vh = v.reshape(B, Tk, n_heads, dh).transpose((0, 2, 1, 3))  # (B, H, Tk, dh)
+    return ((K, Vh), (ck, cv)) if with_cache else (K, Vh)
 
 
 def mha_backward(dout, c):

@@ -1,28 +1,67 @@
 """Greedy and beam-search decoding.
 
-The decoder is re-run over the whole prefix at each step (no key/value cache): slower by a factor of
-about T / 2, but it reuses the training forward exactly, which is what a reader wants to trust.
+Greedy decoding is incremental: each step runs the decoder on the newest position only, with the
+earlier positions' self-attention inputs kept per layer (:func:`decoder_step`), built from the very
+sublayer and attention functions of training. Beam search re-runs the decoder over the whole prefix
+(slower by about T / 2, simplest to trust); a test checks that both paths give the training forward's
+logits.
 """
+import math
+
 from .backend import xp
 from .data.vocab import BOS, EOS, PAD, batches
-from .layers import log_softmax
-from .model import decoder_forward, encoder_forward, output_forward
+from .layers import attention_bias, embedding_forward, ffn_forward, layernorm_forward, log_softmax, \
+    mha_forward, mha_keys_values, sinusoidal_positions
+from .model import _emb_name, _gate, decoder_forward, encoder_forward, output_forward, sub, sublayer_forward
 
 
 def _max_len(batch, a=1.5, b=10):
     return int(batch.src.shape[1] * a + b)
 
 
+def cross_keys_values(params, cfg, enc):
+    """Per decoder layer, the decoder-encoder attention's K and V of the encoder output (computed once)."""
+    return [mha_keys_values(enc, sub(params, f"dec{l}.cross"), cfg.n_heads) for l in range(cfg.n_dec_layers)]
+
+
+def decoder_step(params, cfg, enc, cross_bias, ids, t, pe, hist, gates=None, cross_kv=None):
+    """Logits (B, V) of position ``t`` given its input ids (B,); ``hist[l]`` holds the inputs of layer l's
+    self-attention at positions < t (B, t, d) and is extended here, so the new query attends to them and
+    to itself: the causal mask of training, without recomputing the prefix. ``cross_kv`` from
+    :func:`cross_keys_values` saves recomputing the encoder's keys and values at every step."""
+    e, _ = embedding_forward(ids[:, None], params[_emb_name(cfg, "tgt")], math.sqrt(cfg.d_model))  # (B, 1, d)
+    y = e + pe[t][None, None]                                                     # (B, 1, d)
+    for l in range(cfg.n_dec_layers):
+        ps, pc, pf = (sub(params, f"dec{l}.{n}") for n in ("self", "cross", "ffn"))
+        gs, gc = _gate(gates, "dec_self", l), _gate(gates, "dec_enc", l)
+
+        def self_attn(h, l=l, ps=ps, gs=gs):
+            hist[l] = h if hist[l] is None else xp.concatenate([hist[l], h], axis=1)  # (B, t + 1, d)
+            return mha_forward(h, hist[l], ps, None, cfg.n_heads, gs)
+        y, _ = sublayer_forward(y, params, f"dec{l}.ln1", self_attn, cfg, None)
+        kv = None if cross_kv is None else cross_kv[l]
+        y, _ = sublayer_forward(y, params, f"dec{l}.ln2",
+                                lambda h: mha_forward(h, enc, pc, cross_bias, cfg.n_heads, gc, kv=kv), cfg, None)
+        y, _ = sublayer_forward(y, params, f"dec{l}.ln3", lambda h: ffn_forward(h, pf, 0.0, None), cfg, None)
+    if cfg.pre_norm:
+        y, _ = layernorm_forward(y, params["dec_ln.g"], params["dec_ln.b"], cfg.ln_eps)
+    logits, _ = output_forward(params, cfg, y)                                    # (B, 1, V)
+    return logits[:, 0]
+
+
 def greedy_batch(params, cfg, batch, gates=None, max_len=None):
     """Ids (B, <= max_len) of the argmax translation of each source row (PAD after EOS)."""
     enc, _ = encoder_forward(params, cfg, batch.src, batch.src_mask, gates)      # (B, S, d)
     B = enc.shape[0]
+    T = max_len or _max_len(batch)
+    pe = sinusoidal_positions(T, cfg.d_model, cfg.dtype)                          # (T, d)
+    cross_bias = attention_bias(batch.src_mask, dtype=cfg.dtype)                  # (B, 1, 1, S)
+    hist, cross_kv = [None] * cfg.n_dec_layers, cross_keys_values(params, cfg, enc)
     ys = xp.full((B, 1), BOS, dtype="int64")                                      # (B, 1)
     done = xp.zeros(B, dtype=bool)                                                # (B,)
-    for _ in range(max_len or _max_len(batch)):
-        y, _ = decoder_forward(params, cfg, enc, batch.src_mask, ys, xp.ones(ys.shape, bool), gates)  # (B, t, d)
-        logits, _ = output_forward(params, cfg, y[:, -1:])                      # (B, 1, V)
-        nxt = xp.where(done, PAD, logits[:, 0].argmax(-1))                        # (B,)
+    for t in range(T):
+        logits = decoder_step(params, cfg, enc, cross_bias, ys[:, -1], t, pe, hist, gates, cross_kv)  # (B, V)
+        nxt = xp.where(done, PAD, logits.argmax(-1))                              # (B,)
         ys = xp.concatenate([ys, nxt[:, None]], axis=1)                           # (B, t + 1)
         done = done | (nxt == EOS)
         if bool(done.all()):
