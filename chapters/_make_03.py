@@ -387,22 +387,24 @@ md(r"""
 
 The three functions of the paper are not equally visible in this project's models:
 
-* **Positional heads: not found.** No head comes near the 90% line; the upper-layer heads that lean towards -1 or
-  +1 do so for a fifth of the queries at most, and most heads put their largest weight on the query word itself
-  (offset 0). The synthetic source language is read word by word, without BPE pieces to glue back together, and
-  its sentences are short: the local context the paper's positional heads supply seems to be carried by the
-  residual stream and the position encodings instead.
-* **Syntactic heads: found for `advmod` only.** A head attending from the verb to its adverb (and one from the
-  adverb to its verb) beats the best fixed offset by well over 10 points. This is the relation the translation
-  rules move around (adverbs go to just before the verb in the target). For `nsubj`, `obj` and `amod` no head
-  comes close to the baseline, which is high in this language (the subject is right before its verb in most
-  sentences; the baseline on English UD EWT dev is 0.365).
+* **Positional heads: not found.** No head comes near the 90% line. Many heads put their largest weight on the
+  query word itself (offset 0); the heads that lean towards the previous word do so for well under half of the
+  queries (about a fifth in the quick model, up to about 0.43 in the default one). The synthetic source language is
+  read word by word, without BPE pieces to glue back together, and its sentences are short: the local context the
+  paper's positional heads supply seems to be carried by the residual stream and the position encodings instead.
+* **Syntactic heads: found for few relations.** In both models a head attending from the verb to its adverb beats
+  the best fixed offset by well over 10 points (the quick model also has one from the adverb to its verb). This is
+  the relation the translation rules move around: adverbs go to just before the verb in the target. The default
+  model adds an object->verb head, just past the 10-point line. For `nsubj` and `amod` no head comes close to the
+  baseline, which is high in this language (the subject is right before its verb in most sentences; the same
+  baseline on English UD EWT dev is 0.365).
 * **Rare-word head: not found.** The first layer's best head points to the rarest word more often than chance,
   but below 3 times chance, far from the paper's 66%. The rare nouns and names of the synthetic language are
   translated (or copied) one for one, so the decoder's cross-attention can find them without an encoder head
   that gathers them.
-* **Importance:** with few specialised heads, the overlay in section 4 cannot show the paper's pattern; the
-  printed mean relevances say how far the specialised heads stand out.
+* **Importance:** with only two specialised heads in either model, the overlay of section 4 cannot show the
+  paper's pattern, and it does not: the printed mean relevance of the specialised heads is close to the others'
+  (in the default model slightly below them). The paper's observation is not reproduced at this scale.
 
 The cell below prints each claim of the paper beside what this run measured and asserts the measured outcome per
 scale (`quick`: the 3-layer model of the tests; `default`: the 6-layer model of the chapters). If a retrained
@@ -428,14 +430,18 @@ claims = {
 for k, (claim, ours) in claims.items():
     print(f"{k:10s} paper {claim:68s} | ours: {ours} -> {'reproduced' if found[k] else 'NOT reproduced'}")
 
-# What this project measured at each scale (see the text above).
+# What this project measured at each scale (see the text above), and which (relation, direction) have a
+# syntactic head.
 MEASURED = {"quick": {"positional": False, "syntactic": True, "rare": False},
             "default": {"positional": False, "syntactic": True, "rare": False}}
+SYNTACTIC = {"quick": {("advmod", "head->dep"), ("advmod", "dep->head")},
+             "default": {("advmod", "head->dep"), ("obj", "dep->head")}}
 assert found == MEASURED[scale], (scale, found, MEASURED[scale])
+assert {k for k, v in report.syntactic.items() if v} == SYNTACTIC[scale], report.syntactic
 # Paper: every positional head is confident (> 0.8) -- checked on whatever positional heads were found.
 assert all(float(report.confidence[lh]) > 0.8 for lh in report.positional), report.positional
-# The syntactic heads found are advmod heads, by a clear margin.
-assert {k[0] for k, v in report.syntactic.items() if v} == {"advmod"} and margins[best_key] >= 0.10
+# The best syntactic head is a verb->adverb head, clearly past the 10-point line.
+assert best_key == ("advmod", "head->dep") and margins[best_key] >= 0.15, (best_key, margins[best_key])
 print(f"findings as measured at the {scale} scale")
 """)
 
