@@ -1,0 +1,267 @@
+"""Writes chapters/05_pruning_encoder_heads.ipynb (without outputs): python chapters/_make_05.py
+Edit the cells here, not in the notebook, so the shipped file stays output-free and reviewable."""
+from _nb import SETUP, Notebook
+
+nb = Notebook("ch05")
+nb.md(r"""
+# Chapter 5: Pruning encoder heads: most of them can go
+
+Voita et al. (2019, sec. 6) take a **converged** Transformer, put a hard-concrete gate on every encoder
+self-attention head (chapter 4) and **continue training** with the expected number of open gates as a penalty:
+
+$$L(\theta, \phi) = L_{xent}(\theta, \phi) + \lambda\, L_C(\phi), \qquad
+L_C(\phi) = \sum_{l,h} \Big(1 - P(g_{lh} = 0 \mid \phi_{lh})\Big)
+= \sum_{l,h} \sigma\!\Big(\log\alpha_{lh} - \beta \log\frac{-\gamma}{\zeta}\Big) .$$
+
+The decoder is frozen; the larger $\lambda$, the fewer heads stay open. Sweeping $\lambda$ traces BLEU against the
+number of retained encoder heads (their Figure 7): on WMT EN-RU **10 of 48** heads keep the BLEU within **0.15**,
+on OpenSubtitles **4 of 48** within **0.25**. And the heads that survive longest are the ones with a function
+(positional, syntactic, rare-word; their Figure 8).
+
+This chapter runs that sweep with `minihead.prune` on the study model and checks both findings at our scale.
+
+**What trains.** The gates' $\log\alpha$ start open ($\log\alpha = 3$: test-time gate exactly 1) and take Adam
+steps of their own with a large learning rate: Adam moves a parameter by about lr per step, and a gate only
+closes once $\log\alpha$ has travelled from $+3$ to below $\log(-\gamma/\zeta) = -2.4$. The encoder's weights train
+with a second Adam at a small constant rate. The decoder is frozen, as in the paper; our model shares one
+embedding matrix between source, target and the output layer, so that matrix belongs to the decoder and is
+frozen too. Only the encoder layers and the encoder's final LayerNorm change.
+""")
+nb.code(SETUP)
+nb.code(r"""
+import time
+import matplotlib.pyplot as plt
+
+from minihead import backend, paper
+from minihead import prune as P
+from minihead.backend import xp
+from minihead.study import load_study
+
+T0 = time.time()
+host = backend.to_host
+# Quick mode (the tests, CI): the 3+3 x 4-head quick model, 100 pruning steps in half-size batches (1250 tokens),
+# gates at lr 0.2 so they settle within ~50 steps, BLEU on the first 200 test sentences. Full mode: the default
+# 6+6 x 4-head model, 400 steps in the training batch size, gates at lr 0.1, the whole test set (1000).
+if QUICK:
+    STUDY, STEPS, LR_GATES, MAX_TOKENS, N_TEST = "quick", 100, 0.2, 1250, 200
+    LAMBDAS = (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.1)
+else:
+    STUDY, STEPS, LR_GATES, MAX_TOKENS, N_TEST = "default", 400, 0.1, 3000, 1000
+    LAMBDAS = (0.0, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1, 0.3)
+PRUNE = dict(lr_gates=LR_GATES, lr_params=1e-3, max_tokens=MAX_TOKENS, seed=0, log_every=10)
+SMALL_COST = 1.0   # "a small BLEU cost" at our scale: within 1 BLEU of the model before pruning
+
+study = load_study(STUDY, progress=False)
+cfg = study.cfg
+n_heads = cfg.n_enc_layers * cfg.n_heads
+print(f"study model {study.name!r}: {cfg.n_enc_layers} encoder layers x {cfg.n_heads} heads = {n_heads} encoder heads")
+""")
+
+nb.md(r"""
+## 1. The model before pruning
+
+Test BLEU with every head (greedy decoding, sacreBLEU on detokenized text). All numbers of this chapter are
+cached under `runs/<study>/` (`prune-*.json`), keyed by every setting and a fingerprint of the model's weights.
+""")
+nb.code(r"""
+base = P.baseline(study, n_test=N_TEST)
+print(f"test BLEU, all {n_heads} encoder heads, first {N_TEST} test sentences: {base['bleu']:.2f}")
+""")
+
+nb.md(r"""
+## 2. The sweep
+
+One pruning run per $\lambda$, all from the same model with the same seed (same batches, same gate noise). The
+run with $\lambda = 0$ is the reference: the same continued training without the penalty, so the BLEU
+differences below measure the pruning and not the extra training steps.
+""")
+nb.code(r"""
+runs = P.sweep(study, LAMBDAS, "enc", STEPS, n_test=N_TEST, **PRUNE)
+ref = runs[0]
+assert ref["lam"] == 0.0
+print(f"\n{'lambda':>7} {'kept':>5}  per layer      {'BLEU':>6} {'vs lambda=0':>11} {'vs before':>9}")
+for r in runs:
+    m = xp.asarray(r["retained"]["enc"])                                 # (L, H) bool
+    per_layer = " ".join(str(int(x)) for x in m.sum(1))
+    print(f"{r['lam']:>7g} {r['n_retained']['enc']:>5}  {per_layer:<13} {r['bleu']:>6.2f} "
+          f"{r['bleu'] - ref['bleu']:>+11.2f} {r['bleu'] - base['bleu']:>+9.2f}")
+""")
+
+nb.md(r"""
+How a run unfolds: for the first steps almost every training sample of a gate is clipped at exactly 1, so only
+the penalty pulls on $\log\alpha$; once gates leave 1 the cross-entropy pushes back on the heads the model
+needs, and the others close (test-time gate exactly 0). Below, the number of open encoder heads and the
+training cross-entropy along each run.
+""")
+nb.code(r"""
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
+for r in runs:
+    steps = [h["step"] for h in r["history"]]
+    axes[0].plot(steps, [h["open"]["enc"] for h in r["history"]], label=f"lambda {r['lam']:g}")
+    axes[1].plot(steps, [h["ce"] for h in r["history"]], label=f"lambda {r['lam']:g}")
+axes[0].set(xlabel="pruning step", ylabel="open encoder heads (test-time gate > 0)")
+axes[1].set(xlabel="pruning step", ylabel="training cross-entropy (label-smoothed)")
+axes[0].legend(fontsize=8)
+plt.tight_layout()
+""")
+
+nb.md(r"""
+## 3. BLEU against retained heads (Figure 7)
+
+Left, our sweep. Right, the change in BLEU against the **share** of encoder heads retained, ours (relative to the
+$\lambda = 0$ run) beside the paper's two reported points; the scales differ (48 heads and ~30 BLEU there,
+our numbers above here), so only the shape compares.
+""")
+nb.code(r"""
+pts = sorted((r["n_retained"]["enc"], r["bleu"]) for r in runs)
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="pruned")
+axes[0].axhline(base["bleu"], color="gray", ls="--", label="before pruning")
+axes[0].axhline(ref["bleu"], color="gray", ls=":", label="lambda = 0")
+axes[0].set(xlabel="retained encoder heads", ylabel=f"test BLEU ({N_TEST} sentences)", title=f"{study.name} model")
+axes[0].legend(fontsize=8)
+axes[1].plot([p[0] / n_heads for p in pts], [p[1] - ref["bleu"] for p in pts], "o-", label="ours")
+for data, kept, delta in paper.ENCODER_PRUNING:
+    axes[1].plot([kept / 48], [delta], "s", ms=8, label=f"paper, {data}")
+axes[1].axhline(0, color="gray", lw=0.5)
+axes[1].set(xlabel="share of encoder heads retained", ylabel="BLEU change")
+axes[1].legend(fontsize=8)
+plt.tight_layout()
+""")
+
+nb.md(r"""
+## 4. Which heads survive, and what they do (Figure 8)
+
+The roles of chapter 3 (`minihead.analysis.head_roles` on the gold dev trees): positional (the argmax lands on
+the same neighbour in at least 90% of cases), syntactic (at least 10 points above the best fixed-offset
+baseline on one relation and direction) and the rare-word head. They are measured on the model **before**
+pruning; pruning fine-tunes the encoder, so a survivor's map may shift a little afterwards. Each row below is one
+run, sorted from all heads down; a cell is coloured when that head survived, by its role.
+""")
+nb.code(r"""
+try:
+    from minihead.analysis import head_roles
+    report = head_roles(study.params, cfg, study.vocab, study.trees["dev"], study.corpus.src_freq)
+    roles = report.roles
+except ImportError as exc:          # minihead.analysis is written separately; without it, no roles
+    roles = None
+    print("head roles unavailable (minihead.analysis missing):", exc)
+if roles is not None:
+    for lh in sorted(roles):
+        if roles[lh]:
+            print(f"layer {lh[0]} head {lh[1]}: {', '.join(sorted(roles[lh]))}")
+    print(f"{sum(1 for r in roles.values() if r)} of {n_heads} heads have a role")
+""")
+nb.code(r"""
+ROLE_CODE = {"positional": 1, "syntactic": 2, "rare": 3}      # a head with several roles shows the first of these
+def role_of(lh):
+    r = roles.get(lh, set()) if roles else set()
+    return min((ROLE_CODE[x] for x in r), default=4)           # 4: no role found
+
+order = sorted(runs, key=lambda r: -r["n_retained"]["enc"])
+grid = xp.zeros((len(order), n_heads))                          # (runs, L*H) 0 = pruned
+for i, r in enumerate(order):
+    m = xp.asarray(r["retained"]["enc"])                        # (L, H)
+    for l in range(cfg.n_enc_layers):
+        for h in range(cfg.n_heads):
+            grid[i, l * cfg.n_heads + h] = role_of((l, h)) if m[l, h] else 0
+from matplotlib.colors import ListedColormap
+cmap = ListedColormap(["white", "tab:blue", "tab:orange", "tab:red", "lightgray"])
+fig, ax = plt.subplots(figsize=(max(6, n_heads * 0.45), 0.45 * len(order) + 1.2))
+ax.imshow(host(grid), cmap=cmap, vmin=0, vmax=4, aspect="auto")
+ax.set_yticks(range(len(order)), [f"{r['n_retained']['enc']} heads (lambda {r['lam']:g})" for r in order])
+ax.set_xticks(range(n_heads), [f"{l}.{h}" for l in range(cfg.n_enc_layers) for h in range(cfg.n_heads)], fontsize=7)
+ax.set_xlabel("layer.head")
+for l in range(1, cfg.n_enc_layers):
+    ax.axvline(l * cfg.n_heads - 0.5, color="black", lw=0.8)
+ax.set_title("surviving heads: blue positional, orange syntactic, red rare-word, gray no role, white pruned")
+plt.tight_layout()
+""")
+
+nb.md(r"""
+Are heads with a role over-represented among the survivors? For every run that pruned at least half of the
+heads, the share of role-carrying heads among the survivors beside their share among all heads.
+""")
+nb.code(r"""
+shares = []
+if roles is not None:
+    for r in order:
+        kept = r["n_retained"]["enc"]
+        if 0 < kept <= n_heads // 2:
+            s_kept, s_all = P.specialised_share(xp.asarray(r["retained"]["enc"]), roles)
+            shares.append((r["lam"], kept, s_kept, s_all))
+            print(f"lambda {r['lam']:g}: {kept} head{'s' if kept != 1 else ''} kept, {s_kept:.0%} of them have a role "
+                  f"(all heads: {s_all:.0%})")
+print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions remain at 17 heads")
+""")
+
+nb.md(r"""
+## 5. What reproduced
+
+How much of the above is noise? At this scale, quite a lot: 100 steps of continued training with dropout move
+BLEU on 200 sentences by about a point from one seed to the next. With `seed=1` instead of 0 (same settings, run
+while writing this chapter) the $\lambda = 0$ run scored 43.8 instead of 42.8, 4 heads kept 41.8 and 2 heads
+39.5. (The numbers also shift slightly with the number of BLAS threads, which changes the order of float
+additions.) So the checks below compare against the model **before** pruning, which no training noise moves, and
+use the best run in a range rather than a single run.
+
+1. **Most heads can go at a small cost.** Paper: 10 of 48 encoder heads (21%) kept within 0.15 BLEU (WMT), 4 of 48
+   (8%) within 0.25 (OpenSubtitles). Ours: the best run that keeps at most a third of the encoder heads scores
+   within `SMALL_COST` = 1 BLEU of the model before pruning. **This reproduces** in quick mode: a quarter of the
+   heads (3 of 12) even scores above the model before pruning, 2 heads are within 0.2 BLEU of it, and a single
+   head keeps all but about 1.3 BLEU. Our synthetic language is regular, and with position encodings and
+   feed-forward layers the encoder can do much of its work without attention, so this is easier here than on real
+   data.
+2. **The specialised heads survive.** Paper: positional, syntactic and rare-word heads are the last to be pruned,
+   so the share of role-carrying heads among the survivors exceeds their share among all heads. **This did not
+   reproduce in quick mode.** The quick model (600 training steps) has almost no specialised encoder heads: no
+   positional head (no head puts even 20% of its argmaxes on one neighbour), no rare-word head, and only two heads
+   that pass the syntactic threshold, both on advmod and barely (16 and 17 points above the offset baseline).
+   Pruning keeps heads of the first layer, and the last survivors (one or two heads) are never the role-carrying
+   ones: their share among them is 0%, against 17% among all heads. (With 5 or 4 heads kept, `seed=1` did keep
+   the syntactic head 0.1, a share of 20-25%; with 2 heads it was gone in both seeds.) The final cell asserts the
+   robust part of what we measured in quick mode: among the runs keeping at most two heads, role-carrying heads
+   are not over-represented. In full mode (the default 6+6-layer model, not run by the author of this chapter at
+   the time of writing) the cell asserts the paper's claim itself, so a full run says plainly whether it holds at
+   that scale.
+""")
+nb.code(r"""
+few = [r for r in runs if r["n_retained"]["enc"] <= n_heads // 3]
+best = max(few, key=lambda r: r["bleu"])
+print(f"best run keeping at most a third of the heads: {best['n_retained']['enc']} of {n_heads} "
+      f"(lambda {best['lam']:g}), BLEU {best['bleu']:.2f}: {best['bleu'] - base['bleu']:+.2f} vs before pruning, "
+      f"{best['bleu'] - ref['bleu']:+.2f} vs lambda = 0")
+within = [r for r in runs if r["bleu"] >= base["bleu"] - SMALL_COST]
+fewest = min(within, key=lambda r: r["n_retained"]["enc"])
+print(f"fewest heads within {SMALL_COST} BLEU of the model before pruning: {fewest['n_retained']['enc']} of "
+      f"{n_heads} ({1 - fewest['n_retained']['enc'] / n_heads:.0%} pruned, lambda {fewest['lam']:g})")
+print("paper:", ", ".join(f"{d}: {k} of 48 kept, {b:+.2f} BLEU" for d, k, b in paper.ENCODER_PRUNING))
+# The sweep covers the range from all heads down to one or two.
+counts = sorted(r["n_retained"]["enc"] for r in runs)
+assert counts[-1] == n_heads and counts[0] <= 2, counts
+# Larger lambda, fewer heads (same seed, same steps).
+kept_by_lam = [r["n_retained"]["enc"] for r in sorted(runs, key=lambda r: r["lam"])]
+assert kept_by_lam == sorted(kept_by_lam, reverse=True), kept_by_lam
+# Finding 1 (paper: 10/48 kept for -0.15 BLEU): keeping at most a third of the heads costs at most 1 BLEU.
+assert best["bleu"] >= base["bleu"] - SMALL_COST, (best["n_retained"], best["bleu"], base["bleu"])
+print("finding 1 holds: most encoder heads pruned at a small BLEU cost")
+# Finding 2 (paper: specialised heads are over-represented among the survivors).
+if roles is None:
+    print("roles unavailable (minihead.analysis missing): finding 2 not checked")
+else:
+    assert shares, "no run pruned half of the heads"
+    if QUICK:
+        # Measured in quick mode: NOT reproduced; the last one or two survivors carry no role.
+        last_ones = [(lam, kept, s_kept, s_all) for lam, kept, s_kept, s_all in shares if kept <= 2]
+        assert last_ones and all(s_kept <= s_all for _, _, s_kept, s_all in last_ones), shares
+        print("finding 2 did not reproduce in quick mode: the last survivors are not role-carrying heads "
+              "(paper: specialised heads survive longest); see the text above")
+    else:
+        assert all(s_kept > s_all for _, _, s_kept, s_all in shares), \
+            ("paper's claim: specialised heads over-represented among survivors", shares)
+        print("finding 2 holds: specialised heads over-represented among survivors in", len(shares), "runs")
+print(f"chapter done in {time.time() - T0:.0f} s")
+""")
+
+if __name__ == "__main__":
+    nb.write("05_pruning_encoder_heads.ipynb")
