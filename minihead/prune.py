@@ -23,6 +23,7 @@ At test time the noise is dropped: g = clip(sigmoid(log_alpha)(zeta - gamma) + g
 a head is retained iff that gate is > 0, and pruned heads have g = 0 exactly in translation.
 """
 import hashlib
+import inspect
 import json
 import os
 from dataclasses import asdict, dataclass, replace
@@ -37,7 +38,7 @@ from .model import GATE_KINDS, loss_and_grads
 from .optim import Adam, clip_grad_norm
 
 KIND_SETS = {"enc": ("enc",), "all": GATE_KINDS}   # the CLI's --kinds
-CACHE_VERSION = 1                                  # bump when the computation behind a cached file changes
+CACHE_VERSION = 2                                  # bump when the computation behind a cached file changes
 
 
 class PruneError(MiniheadError, ValueError):
@@ -187,6 +188,10 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=
     return PruneResult(log_alpha, params, gates, retained, history, names)
 
 
+# prune()'s keyword settings and their defaults: what a cache key must hold besides kinds, lambda and steps
+_PRUNE_DEFAULTS = {n: p.default for n, p in inspect.signature(prune).parameters.items() if p.kind == p.KEYWORD_ONLY}
+
+
 # --------------------------------------------------------------------------- evaluation
 def full_gates(cfg, retained, dtype=None):
     """Gates for every attention type from retained masks (kind -> (L, H) bool): 1 for kept heads, 0 for
@@ -289,13 +294,20 @@ def _tolist(masks):
 
 def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_kw):
     """:func:`prune` the study model at one lambda and score it on the test set, cached under
-    ``runs/<study>/prune-<kinds>-<lambda>-<hash>.json`` (hash of every setting, the model's fingerprint
-    and n_test). Returns a dict: lam, kinds, retained / gates / log_alpha (kind -> nested lists),
+    ``runs/<study>/prune-<kinds>-<lambda>-<hash>.json`` (hash of every setting of :func:`prune`, defaults
+    included, the model's fingerprint and n_test). Returns a dict: lam, kinds, retained / gates / log_alpha (kind -> nested lists),
     n_retained (kind -> int), bleu, history, cached."""
     kinds = check_kinds(kinds)
-    settings = {"kinds": list(kinds), "lam": float(lam), "steps": int(steps), **prune_kw}
-    hc = settings.pop("hc", None) or HardConcrete()
-    settings["hc"] = asdict(hc)
+    # the key holds every keyword setting of prune(), defaults included, so a changed default is a new key
+    defaults = _PRUNE_DEFAULTS
+    unknown = set(prune_kw) - set(defaults)
+    if unknown:
+        raise PruneError(f"prune_study: unknown pruning settings {sorted(unknown)}; prune() takes {sorted(defaults)}")
+    settings = {**defaults, **prune_kw}
+    settings.pop("progress")
+    hc = settings.pop("hc") or HardConcrete()
+    settings.update({"kinds": list(kinds), "lam": float(lam), "steps": int(steps), "hc": asdict(hc)})
+    prune_kw = {k: v for k, v in prune_kw.items() if k != "hc"}
     key = {**_study_key(study, n_test), "what": "prune", **settings}
     path = os.path.join(_cache_dir(study, cache_dir), f"prune-{kinds_tag(kinds)}-{lam:g}-{_key_hash(key)}.json")
 

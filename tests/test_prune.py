@@ -173,6 +173,12 @@ def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_pat
     with pytest.raises(AssertionError, match="recomputed"):
         P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600,
                 lr_gates=0.2)
+    # naming a setting at its default value is the same key (the key holds the defaults): a hit
+    hit = P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600,
+                  lr_gates=0.1, reduction="sum")
+    assert hit[0]["cached"] and hit[0]["bleu"] == first[0]["bleu"]
+    with pytest.raises(P.PruneError, match="unknown pruning settings"):
+        P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), progress=False, lr_gate=0.2)
 
 
 def test_unreadable_cache_file_names_the_file(study, tmp_path):
