@@ -1,20 +1,10 @@
 """Writes chapters/03_head_roles.ipynb (without outputs). Run from the repo root:
     python chapters/_make_03.py
 Edit the cells here, not in the notebook, so the shipped file stays output-free and reviewable."""
-import pathlib
+from _nb import Notebook
 
-import nbformat
-
-CELLS = []
-
-
-def md(text):
-    CELLS.append(nbformat.v4.new_markdown_cell(text.strip("\n")))
-
-
-def code(text):
-    CELLS.append(nbformat.v4.new_code_cell(text.strip("\n")))
-
+nb = Notebook("ch03")
+md, code = nb.md, nb.code
 
 md(r"""
 # Chapter 3: What the heads do: positional, syntactic and rare-word heads
@@ -455,17 +445,9 @@ training source):
 """)
 
 
+
 def main():
-    nb = nbformat.v4.new_notebook()
-    for i, cell in enumerate(CELLS):
-        cell.id = f"ch03-{i:02d}"   # fixed ids: regenerating gives the same file
-    nb.cells = CELLS
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    path = pathlib.Path(__file__).resolve().parent / "03_head_roles.ipynb"
-    nbformat.validate(nb)
-    nbformat.write(nb, path)
-    print("wrote", path)
+    nb.write("03_head_roles.ipynb")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,10 @@
 """Writes chapters/04_hard_concrete_gates.ipynb (without outputs). Run from the repo root:
     python chapters/_make_04.py
 Edit the cells here, not in the notebook, so the shipped file stays output-free and reviewable."""
-import pathlib
+from _nb import Notebook
 
-import nbformat
-
-CELLS = []
-
-
-def md(text):
-    CELLS.append(nbformat.v4.new_markdown_cell(text.strip("\n")))
-
-
-def code(text):
-    CELLS.append(nbformat.v4.new_code_cell(text.strip("\n")))
-
+nb = Notebook("ch04")
+md, code = nb.md, nb.code
 
 md(r"""
 # Chapter 4: Hard-concrete gates: switching heads off with an L0 penalty
@@ -474,17 +464,9 @@ print("all findings hold")
 """)
 
 
+
 def main():
-    nb = nbformat.v4.new_notebook()
-    for i, cell in enumerate(CELLS):
-        cell.id = f"ch04-{i:02d}"   # fixed ids: regenerating gives the same file
-    nb.cells = CELLS
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.metadata["language_info"] = {"name": "python"}
-    path = pathlib.Path(__file__).resolve().parent / "04_hard_concrete_gates.ipynb"
-    nbformat.validate(nb)
-    nbformat.write(nb, path)
-    print("wrote", path)
+    nb.write("04_hard_concrete_gates.ipynb")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Nothing switches silently: asking for CuPy where it is missing, or where no GPU 
 Random numbers are always drawn on the host with a seeded ``numpy.random.Generator`` (see :func:`rng`)
 and moved to the device, so the same seed gives the same numbers on either backend.
 """
+import contextlib
 import os
 
 import numpy as _np
@@ -63,6 +64,18 @@ def use(backend):
     xp.module = _np if backend == "numpy" else _load_cupy()
     name = backend
     return xp.module
+
+
+@contextlib.contextmanager
+def swapped(module):
+    """Point ``xp`` at another NumPy-compatible module for a while (e.g. autograd.numpy, so the tests and
+    the benchmark can differentiate the package's own forward code as an oracle)."""
+    old = xp.module
+    xp.module = module
+    try:
+        yield module
+    finally:
+        xp.module = old
 
 
 def to_host(a):

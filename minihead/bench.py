@@ -8,7 +8,6 @@ Everything is measured side by side in one run, on the same batches, and reporte
 - peak memory (resident set) of a training step of the configuration.
 """
 import argparse
-import contextlib
 import resource
 import time
 
@@ -51,25 +50,15 @@ def numpy_step_fn(cfg, params):
     return step
 
 
-@contextlib.contextmanager
-def _autograd_xp():
-    import autograd.numpy as anp
-    old = backend.xp.module
-    backend.xp.module = anp
-    try:
-        yield
-    finally:
-        backend.xp.module = old
-
-
 def autograd_step_fn(cfg, params):
     """The same forward, differentiated by autograd instead of our backward pass."""
     import autograd
+    import autograd.numpy as anp
     opt = Adam(params)
     gen = backend.rng(0)
 
     def step(b):
-        with _autograd_xp():
+        with backend.swapped(anp):
             grads = autograd.grad(lambda p: model.loss_forward(p, cfg, b, rng=gen)[0])(params)
         clip_grad_norm(grads, 1.0)
         opt.step(params, grads, 1e-4)

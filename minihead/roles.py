@@ -15,7 +15,7 @@ Functions: :func:`confidence`; :func:`positional_shares` / :func:`positional_hea
 from collections import Counter
 from typing import NamedTuple
 
-from . import backend
+from . import backend, paper
 from .backend import xp
 from .errors import DataError
 
@@ -31,17 +31,8 @@ DIRECTION_NAMES = {
 }
 
 # Voita et al. 2019, Table 1 (EN-RU; best head / most-frequent-offset baseline, in PERCENT), as
-# transcribed in /work/shared/paper/voita2019.md, whose numbers are marked approximate (~).
-PAPER_TABLE1 = {
-    ("nsubj", "head->dep"): {"WMT": (45, 35), "OpenSubtitles": (77, 45)},
-    ("nsubj", "dep->head"): {"WMT": (52, 35), "OpenSubtitles": (70, 45)},
-    ("obj", "head->dep"): {"WMT": (78, 41), "OpenSubtitles": (61, 46)},
-    ("obj", "dep->head"): {"WMT": (73, 41), "OpenSubtitles": (84, 46)},
-    ("amod", "head->dep"): {"WMT": (74, 72), "OpenSubtitles": (81, 80)},
-    ("amod", "dep->head"): {"WMT": (82, 72), "OpenSubtitles": (81, 80)},
-    ("advmod", "head->dep"): {"WMT": (48, 46), "OpenSubtitles": (38, 33)},
-    ("advmod", "dep->head"): {"WMT": (52, 46), "OpenSubtitles": (42, 33)},
-}
+# transcribed in minihead.paper from shared/paper/voita2019.md, whose numbers are marked approximate (~).
+PAPER_TABLE1 = paper.TABLE1
 
 PAPER_TOP_N = 500        # sec. 5.3: sentences whose rarest token is outside the 500 most frequent ...
 PAPER_VOCAB = 32000      # ... of a 32k BPE vocabulary

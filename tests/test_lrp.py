@@ -12,6 +12,7 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
+from test_model_grad import toy_batch  # tests/ is on sys.path under pytest
 
 from minihead import backend, lrp, model
 from minihead.layers import mha_forward
@@ -21,20 +22,6 @@ F64 = "float64"
 
 def sgn(z):
     return 1.0 if z >= 0 else -1.0
-
-
-def toy_batch(gen, V, B=3, S=6, T=5):
-    """Random tokens with padding on both sides (sentence 0 has 4 source tokens, sentence 2 has 3 target)."""
-    src = gen.integers(4, V, (B, S))
-    src_mask = np.ones((B, S), bool)
-    src_mask[0, 4:] = False
-    src[0, 4:] = 0
-    tgt_in = gen.integers(4, V, (B, T))
-    tgt_out = gen.integers(4, V, (B, T))
-    tgt_mask = np.ones((B, T), bool)
-    tgt_mask[2, 3:] = False
-    tgt_in[2, 3:] = tgt_out[2, 3:] = 0
-    return SimpleNamespace(src=src, src_mask=src_mask, tgt_in=tgt_in, tgt_out=tgt_out, tgt_mask=tgt_mask)
 
 
 def toy_model(pre_norm=True, shared=True, biases=False, seed=3, layers=2, heads=2):

@@ -6,7 +6,6 @@ types, and padding on both sides. The hand-written gradient of every parameter a
 checked in float64 against autograd run over the same forward code (the backend's ``xp`` pointed at
 autograd.numpy), and against central differences along random directions.
 """
-import contextlib
 from types import SimpleNamespace
 
 import autograd
@@ -16,16 +15,6 @@ import pytest
 
 from minihead import backend, model
 from minihead.gradcheck import directional_grads, rel_error
-
-
-@contextlib.contextmanager
-def autograd_backend():
-    old = backend.xp.module
-    backend.xp.module = anp
-    try:
-        yield
-    finally:
-        backend.xp.module = old
 
 
 def toy_batch(gen, V, B=3, S=6, T=5):
@@ -62,7 +51,7 @@ def test_encoder_decoder_gradients(pre_norm, shared):
 
     def L(p, g):
         return model.loss_forward(p, cfg, batch, g, backend.rng(5))[0]
-    with autograd_backend():
+    with backend.swapped(anp):
         ag_params, ag_gates = autograd.grad(L, (0, 1))(params, gates)
     for k in params:
         if k.endswith(".bk"):                   # exactly zero in theory (softmax shift invariance)
