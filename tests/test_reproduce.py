@@ -11,7 +11,8 @@ import pytest
 from minihead import reproduce
 
 TINY = {"study": "quick", "n_dev": 40, "n_test": 40, "n_ablation": 10, "enc_lambdas": (0.05,),
-        "all_lambdas": (0.05,), "prune_steps": 15, "scratch_steps": 20}
+        "all_lambdas": (0.05,), "prune_steps": 15, "n_scratch": 1, "scratch_steps": 20,
+        "prune": {"lr_gates": 0.2, "max_tokens": 1250}}
 
 
 def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
