@@ -42,13 +42,11 @@ host = backend.to_host
 # Quick mode (the tests, CI): the 3+3 x 4-head quick model, 100 pruning steps in half-size batches (1250 tokens),
 # gates at lr 0.2 so they settle within ~50 steps, BLEU on the first 200 test sentences. Full mode: the default
 # 6+6 x 4-head model, 400 steps in the training batch size, gates at lr 0.1, the whole test set (1000).
-if QUICK:
-    STUDY, STEPS, LR_GATES, MAX_TOKENS, N_TEST = "quick", 100, 0.2, 1250, 200
-    LAMBDAS = (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.1)
-else:
-    STUDY, STEPS, LR_GATES, MAX_TOKENS, N_TEST = "default", 400, 0.1, 3000, 1000
-    LAMBDAS = (0.0, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1, 0.3)
-PRUNE = dict(lr_gates=LR_GATES, lr_params=1e-3, max_tokens=MAX_TOKENS, seed=0, log_every=10)
+from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
+S = SCALES["quick" if QUICK else "full"]
+STUDY, STEPS, N_TEST, LAMBDAS = S["study"], S["prune_steps"], S["n_test"], S["enc_lambdas"]
+PRUNE = dict(S["prune"])
+LR_GATES, MAX_TOKENS = PRUNE["lr_gates"], PRUNE["max_tokens"]
 SMALL_COST = 1.0   # "a small BLEU cost" at our scale: within 1 BLEU of the model before pruning
 
 study = load_study(STUDY, progress=False)

@@ -43,13 +43,12 @@ host = backend.to_host
 # (the most pruned one; ~650 training steps is most of this chapter's time). Full mode: the default 6+6 x 4-head
 # model, four lambdas, 400 steps in the training batch size, gates at lr 0.1, the whole test set, every
 # configuration also trained from scratch.
-if QUICK:
-    STUDY, STEPS, LR_GATES, MAX_TOKENS, N_TEST = "quick", 100, 0.2, 1250, 200
-    LAMBDAS, N_SCRATCH = (0.03, 0.1), 1
-else:
-    STUDY, STEPS, LR_GATES, MAX_TOKENS, N_TEST = "default", 400, 0.1, 3000, 1000
-    LAMBDAS, N_SCRATCH = (0.01, 0.03, 0.1, 0.3), 4
-PRUNE = dict(lr_gates=LR_GATES, lr_params=1e-3, max_tokens=MAX_TOKENS, seed=0, log_every=5)
+from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
+S = SCALES["quick" if QUICK else "full"]
+STUDY, STEPS, N_TEST = S["study"], S["prune_steps"], S["n_test"]
+LAMBDAS, N_SCRATCH = S["all_lambdas"], S["n_scratch"]
+PRUNE = {**S["prune"], **S["prune_all"]}
+LR_GATES, MAX_TOKENS = PRUNE["lr_gates"], PRUNE["max_tokens"]
 NAMES = {"enc": "encoder self", "dec_self": "decoder self", "dec_enc": "decoder-encoder"}
 
 study = load_study(STUDY, progress=False)

@@ -17,18 +17,20 @@ import time
 from . import backend, paper
 from .backend import xp
 
-# Settings of each scale. The chapters use the same ones, so their cached stages are shared.
+# Settings of each scale. Chapters 2, 5 and 6 read them from here, so their cached stages are shared.
 # n_scratch: the most pruned all-attention configurations also trained from scratch; scratch_steps None = the
 # same budget as the pruned model (its training steps plus the pruning steps, in training batches).
 SCALES = {
     "quick": {"study": "quick", "n_dev": 300, "n_test": 200, "n_ablation": 150, "prune_steps": 100,
               "enc_lambdas": (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.1), "all_lambdas": (0.03, 0.1),
               "n_scratch": 1, "scratch_steps": None,
-              "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10}},
+              "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10},
+              "prune_all": {"log_every": 5}},
     "full": {"study": "default", "n_dev": 1000, "n_test": 1000, "n_ablation": 300, "prune_steps": 400,
              "enc_lambdas": (0.0, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1, 0.3), "all_lambdas": (0.01, 0.03, 0.1, 0.3),
              "n_scratch": 4, "scratch_steps": None,
-             "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10}},
+             "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10},
+             "prune_all": {"log_every": 5}},
 }
 
 
@@ -91,7 +93,8 @@ def prune_stages(study, s, progress):
     kw = s.get("prune", {})
     base = baseline(study, n_test=s["n_test"])
     enc = sweep(study, s["enc_lambdas"], "enc", s["prune_steps"], n_test=s["n_test"], progress=progress, **kw)
-    allk = sweep(study, s["all_lambdas"], "all", s["prune_steps"], n_test=s["n_test"], progress=progress, **kw)
+    allk = sweep(study, s["all_lambdas"], "all", s["prune_steps"], n_test=s["n_test"], progress=progress,
+                 **{**kw, **s.get("prune_all", {})})
     steps = s["scratch_steps"] or scratch_budget(study, s["prune_steps"], prune_max_tokens=kw.get("max_tokens"))
     scratch = [from_scratch(study, r["retained"], steps, n_test=s["n_test"]) for r in allk[-s["n_scratch"]:]]
     return base, enc, allk, scratch
