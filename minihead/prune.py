@@ -247,11 +247,11 @@ def params_fingerprint(params):
     return h.hexdigest()
 
 
-def _key_hash(key):
+def key_hash(key):
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def _cached(path, key, compute):
+def cached_json(path, key, compute):
     """Read ``path`` if it holds a result for exactly ``key``, else compute, write atomically and return it.
     The returned dict carries ``cached`` (True when read from disk)."""
     if os.path.exists(path):
@@ -271,7 +271,7 @@ def _cached(path, key, compute):
     return {**result, "cached": False}
 
 
-def _study_key(study, n_test):
+def study_key(study, n_test):
     return {"version": CACHE_VERSION, "study": study.name, "model": params_fingerprint(study.params),
             "cfg": study.cfg.to_dict(), "n_test": n_test}
 
@@ -282,10 +282,10 @@ def _cache_dir(study, cache_dir):
 
 def baseline(study, n_test=None, cache_dir=None):
     """Test BLEU of the study model with every head (cached as prune-baseline-<hash>.json)."""
-    key = {**_study_key(study, n_test), "what": "baseline"}
-    path = os.path.join(_cache_dir(study, cache_dir), f"prune-baseline-{_key_hash(key)}.json")
+    key = {**study_key(study, n_test), "what": "baseline"}
+    path = os.path.join(_cache_dir(study, cache_dir), f"prune-baseline-{key_hash(key)}.json")
     src, ref = study.splits["test"]
-    return _cached(path, key, lambda: {"bleu": gated_bleu(study.params, study.cfg, study.vocab, src, ref, n=n_test)})
+    return cached_json(path, key, lambda: {"bleu": gated_bleu(study.params, study.cfg, study.vocab, src, ref, n=n_test)})
 
 
 def _tolist(masks):
@@ -308,8 +308,8 @@ def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_k
     hc = settings.pop("hc") or HardConcrete()
     settings.update({"kinds": list(kinds), "lam": float(lam), "steps": int(steps), "hc": asdict(hc)})
     prune_kw = {k: v for k, v in prune_kw.items() if k != "hc"}
-    key = {**_study_key(study, n_test), "what": "prune", **settings}
-    path = os.path.join(_cache_dir(study, cache_dir), f"prune-{kinds_tag(kinds)}-{lam:g}-{_key_hash(key)}.json")
+    key = {**study_key(study, n_test), "what": "prune", **settings}
+    path = os.path.join(_cache_dir(study, cache_dir), f"prune-{kinds_tag(kinds)}-{lam:g}-{key_hash(key)}.json")
 
     def compute():
         r = prune(study.params, study.cfg, study.corpus, kinds, lam, steps, hc=hc, **prune_kw)
@@ -318,7 +318,7 @@ def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_k
         return {"lam": float(lam), "kinds": list(kinds), "steps": int(steps), "bleu": score,
                 "retained": _tolist(r.retained), "gates": _tolist(r.gates), "log_alpha": _tolist(r.log_alpha),
                 "n_retained": {k: int(r.retained[k].sum()) for k in kinds}, "history": r.history}
-    return _cached(path, key, compute)
+    return cached_json(path, key, compute)
 
 
 def sweep(study, lambdas, kinds=("enc",), steps=300, cache_dir=None, n_test=None, progress=True, **prune_kw):
@@ -361,8 +361,8 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
         raise PruneError(f"{study.path}: no training settings in the checkpoint metadata")
     # one dev evaluation, at the end: the model scored is the final one, as for the pruned model
     tcfg = replace(TrainConfig(**meta["train"]), max_steps=int(steps), eval_every=int(steps))
-    key = {**_study_key(study, n_test), "what": "scratch", "masks": masks, "train": tcfg.to_dict()}
-    name = f"scratch-{_key_hash(key)}"
+    key = {**study_key(study, n_test), "what": "scratch", "masks": masks, "train": tcfg.to_dict()}
+    name = f"scratch-{key_hash(key)}"
     folder = _cache_dir(study, cache_dir)
 
     def compute():
@@ -373,7 +373,7 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
         score = gated_bleu(best.params, study.cfg, study.vocab, src, ref, gates=gates, n=n_test)
         return {"bleu": score, "steps": int(steps), "best_dev_bleu": float(res.best_bleu),
                 "history": res.history, "retained": masks}
-    return _cached(os.path.join(folder, name + ".json"), key, compute)
+    return cached_json(os.path.join(folder, name + ".json"), key, compute)
 
 
 # --------------------------------------------------------------------------- command line

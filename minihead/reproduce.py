@@ -39,11 +39,6 @@ def _bar(stages, progress):
     return tqdm(total=len(stages), desc="reproduce", unit="stage", disable=not progress)
 
 
-def _json_cache(path, key, compute):
-    from .prune import _cached
-    return _cached(path, key, compute)
-
-
 def _tolist(d):
     return {k: backend.to_host(v).tolist() for k, v in d.items()}
 
@@ -53,10 +48,10 @@ def importance_stage(study, n_dev, n_ablation, cache_dir=None):
     BLEU drop on the first n_ablation dev pairs; all cached as importance-<hash>.json."""
     from . import importance
     from .data.vocab import batches
-    from .prune import _key_hash, _study_key
-    key = {**_study_key(study, n_dev), "what": "importance", "n_ablation": n_ablation}
+    from .prune import cached_json, key_hash, study_key
+    key = {**study_key(study, n_dev), "what": "importance", "n_ablation": n_ablation}
     folder = cache_dir or os.path.dirname(os.path.abspath(study.path))
-    path = os.path.join(folder, f"importance-{_key_hash(key)}.json")
+    path = os.path.join(folder, f"importance-{key_hash(key)}.json")
 
     def compute():
         src, tgt = study.splits["dev"][0][:n_dev], study.splits["dev"][1][:n_dev]
@@ -68,7 +63,7 @@ def importance_stage(study, n_dev, n_ablation, cache_dir=None):
         abl = importance.ablation_bleu_drop(study.params, study.cfg, v, src[:n_ablation], tgt[:n_ablation])
         return {"relevance": _tolist(rel), "confidence": _tolist(conf), "michel": _tolist(mich),
                 "ablation": _tolist(abl)}
-    return _json_cache(path, key, compute)
+    return cached_json(path, key, compute)
 
 
 def importance_summary(imp):

@@ -182,8 +182,8 @@ def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_pat
 
 
 def test_unreadable_cache_file_names_the_file(study, tmp_path):
-    key = {**P._study_key(study, 5), "what": "baseline"}
-    path = tmp_path / f"prune-baseline-{P._key_hash(key)}.json"
+    key = {**P.study_key(study, 5), "what": "baseline"}
+    path = tmp_path / f"prune-baseline-{P.key_hash(key)}.json"
     path.write_text("{ not json")
     with pytest.raises(P.PruneError, match="prune-baseline-.*does not parse"):
         P.baseline(study, n_test=5, cache_dir=str(tmp_path))
