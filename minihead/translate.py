@@ -1,10 +1,10 @@
 """Greedy and beam-search decoding.
 
-Greedy decoding is incremental: each step runs the decoder on the newest position only, with the
-earlier positions' self-attention inputs kept per layer (:func:`decoder_step`), built from the very
-sublayer and attention functions of training. Beam search re-runs the decoder over the whole prefix
-(slower by about T / 2, simplest to trust); a test checks that both paths give the training forward's
-logits.
+Both are incremental: each step runs the decoder on the newest position only, with the earlier
+positions' self-attention inputs kept per layer (:func:`decoder_step`), built from the very sublayer and
+attention functions of training; beam search reorders that history with the surviving beams. A test checks
+that decoder_step gives the training forward's logits, and that beam search decodes the same as its slow
+twin (``incremental=False``), which re-runs the decoder over the whole prefix at every step.
 """
 import math
 
@@ -69,22 +69,31 @@ def greedy_batch(params, cfg, batch, gates=None, max_len=None):
     return ys[:, 1:]
 
 
-def beam_batch(params, cfg, batch, beam=4, alpha=0.6, gates=None, max_len=None):
-    """Beam search; hypotheses ranked by log p / lp, lp = ((5 + len) / 6)^alpha (Wu et al. 2016, eq. 14)."""
+def beam_batch(params, cfg, batch, beam=4, alpha=0.6, gates=None, max_len=None, incremental=True):
+    """Beam search; hypotheses ranked by log p / lp, lp = ((5 + len) / 6)^alpha (Wu et al. 2016, eq. 14).
+    ``incremental=False`` is the slow reference: the decoder re-run over each whole prefix."""
     enc, _ = encoder_forward(params, cfg, batch.src, batch.src_mask, gates)      # (B, S, d)
     B, S, d = enc.shape
     k = beam
+    T = max_len or _max_len(batch)
     enc_k = xp.repeat(enc, k, axis=0)                                             # (B k, S, d)
     mask_k = xp.repeat(batch.src_mask, k, axis=0)                                 # (B k, S)
+    if incremental:
+        pe = sinusoidal_positions(T, cfg.d_model, cfg.dtype)                      # (T, d)
+        cross_bias = attention_bias(mask_k, dtype=cfg.dtype)                      # (B k, 1, 1, S)
+        hist, cross_kv = [None] * cfg.n_dec_layers, cross_keys_values(params, cfg, enc_k)
     ys = xp.full((B * k, 1), BOS, dtype="int64")                                  # (B k, 1)
     score = xp.zeros((B, k), dtype="float64")                                     # (B, k) sum log p
     score[:, 1:] = -1e9                                                           # start from one live beam
     done = xp.zeros((B, k), dtype=bool)
     lengths = xp.zeros((B, k), dtype="float64")
-    for _ in range(max_len or _max_len(batch)):
-        y, _ = decoder_forward(params, cfg, enc_k, mask_k, ys, xp.ones(ys.shape, bool), gates)
-        logits, _ = output_forward(params, cfg, y[:, -1:])                       # (B k, 1, V)
-        logp = log_softmax(logits[:, 0].astype("float64")).reshape(B, k, -1)      # (B, k, V)
+    for t in range(T):
+        if incremental:
+            logits = decoder_step(params, cfg, enc_k, cross_bias, ys[:, -1], t, pe, hist, gates, cross_kv)
+        else:
+            y, _ = decoder_forward(params, cfg, enc_k, mask_k, ys, xp.ones(ys.shape, bool), gates)
+            logits = output_forward(params, cfg, y[:, -1:])[0][:, 0]              # (B k, V)
+        logp = log_softmax(logits.astype("float64")).reshape(B, k, -1)            # (B, k, V)
         V = logp.shape[-1]
         # a finished beam can only extend with PAD at no cost
         frozen = xp.full((V,), -1e9)
@@ -99,6 +108,8 @@ def beam_batch(params, cfg, batch, beam=4, alpha=0.6, gates=None, max_len=None):
         lengths = xp.take_along_axis(lengths, src_beam, axis=1) + (~prev_done)
         done = prev_done | (tok == EOS)
         ys = xp.concatenate([ys[rows], tok.reshape(-1, 1)], axis=1)               # (B k, t + 1)
+        if incremental:
+            hist[:] = [h[rows] for h in hist]                                     # each (B k, t + 1, d)
         if bool(done.all()):
             break
     lp = ((5.0 + lengths) / 6.0) ** alpha                                         # (B, k)
