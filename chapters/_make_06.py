@@ -41,8 +41,8 @@ host = backend.to_host
 # Quick mode (the tests, CI): the 3+3 x 4-head quick model, two lambdas, 100 pruning steps in half-size batches
 # (1250 tokens), gates at lr 0.2, BLEU on the first 200 test sentences, and ONE configuration trained from scratch
 # (the most pruned one; ~650 training steps is most of this chapter's time). Full mode: the default 6+6 x 4-head
-# model, four lambdas, 400 steps in the training batch size, gates at lr 0.1, the whole test set, every
-# configuration also trained from scratch.
+# model, two lambdas, 400 steps in the training batch size, gates at lr 0.1, the whole test set, both
+# configurations also trained from scratch (~19 min each on 2 cores).
 from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
 S = SCALES["quick" if QUICK else "full"]
 STUDY, STEPS, N_TEST = S["study"], S["prune_steps"], S["n_test"]
