@@ -379,13 +379,15 @@ The three functions of the paper are not equally visible in this project's model
 
 * **Positional heads: not found.** No head comes near the 90% line. Many heads put their largest weight on the
   query word itself (offset 0); the heads that lean towards the previous word do so for well under half of the
-  queries (about a fifth in the quick model, up to about 0.43 in the default one). The synthetic source language is
+  queries (about a fifth in the quick model, up to about 0.45 in the default one). The synthetic source language is
   read word by word, without BPE pieces to glue back together, and its sentences are short: the local context the
   paper's positional heads supply seems to be carried by the residual stream and the position encodings instead.
 * **Syntactic heads: found for few relations.** In both models a head attending from the verb to its adverb beats
-  the best fixed offset by well over 10 points (the quick model also has one from the adverb to its verb). This is
-  the relation the translation rules move around: adverbs go to just before the verb in the target. The default
-  model adds an object->verb head, just past the 10-point line. For `nsubj` and `amod` no head comes close to the
+  the best fixed offset by well over 10 points (quick 68.5 vs 51.4, default 73.2 vs 51.4; the quick model also has
+  one from the adverb to its verb). This is the relation the translation rules move around: adverbs go to just
+  before the verb in the target. The default model adds an object->verb head (layer 3 head 0), its strongest:
+  79.6 vs 38.6, +41 points, near the paper's 73-84. (A default model trained in an earlier session, before later
+  code changes, had the same two relations but this head at only 49.6.) For `nsubj` and `amod` no head comes close to the
   baseline, which is high in this language (the subject is right before its verb in most sentences; the same
   baseline on English UD EWT dev is 0.365).
 * **Rare-word head: not found.** The first layer's best head points to the rarest word more often than chance,
@@ -393,8 +395,10 @@ The three functions of the paper are not equally visible in this project's model
   translated (or copied) one for one, so the decoder's cross-attention can find them without an encoder head
   that gathers them.
 * **Importance:** with only two specialised heads in either model, the overlay of section 4 cannot show the
-  paper's pattern, and it does not: the printed mean relevance of the specialised heads is close to the others'
-  (in the default model slightly below them). The paper's observation is not reproduced at this scale.
+  paper's pattern clearly. In the quick model the mean relevance of the specialised heads is close to the
+  others'; in the default model it is somewhat higher (0.31 against 0.25 on 500 dev pairs) and the object->verb
+  head is the most relevant head of its layer, a hint of the paper's observation from two heads, not a finding.
+  It is printed, not asserted.
 
 The cell below prints each claim of the paper beside what this run measured and asserts the measured outcome per
 scale (`quick`: the 3-layer model of the tests; `default`: the 6-layer model of the chapters). If a retrained
@@ -430,8 +434,9 @@ assert found == MEASURED[scale], (scale, found, MEASURED[scale])
 assert {k for k, v in report.syntactic.items() if v} == SYNTACTIC[scale], report.syntactic
 # Paper: every positional head is confident (> 0.8) -- checked on whatever positional heads were found.
 assert all(float(report.confidence[lh]) > 0.8 for lh in report.positional), report.positional
-# The best syntactic head is a verb->adverb head, clearly past the 10-point line.
-assert best_key == ("advmod", "head->dep") and margins[best_key] >= 0.15, (best_key, margins[best_key])
+# The best syntactic head, clearly past the 10-point line: verb->adverb (quick), object->verb (default).
+BEST = {"quick": ("advmod", "head->dep"), "default": ("obj", "dep->head")}
+assert best_key == BEST[scale] and margins[best_key] >= 0.15, (best_key, margins[best_key])
 print(f"findings as measured at the {scale} scale")
 """)
 
