@@ -207,23 +207,26 @@ use the best run in a range rather than a single run.
    (8%) within 0.25 (OpenSubtitles). Ours: the best run that keeps at most a third of the encoder heads scores
    within `SMALL_COST` = 1 BLEU of the model before pruning. **This reproduces** at both scales. Quick model: a
    quarter of the heads (3 of 12) scores 0.4 above the model before pruning, 2 heads are within 0.2 BLEU of it,
-   a single head keeps all but about 1.3 BLEU. Default model (24 heads, measured with the full-mode settings
-   while writing this chapter): 5 of 24 heads (79% pruned) score 1.2 BLEU above the model before pruning and
-   1.05 below the $\lambda = 0$ run; 3 heads are at +0.1, 2 heads at -0.6; with all 24 heads gone BLEU drops by
-   14. Our synthetic language is regular, and with position encodings and feed-forward layers the encoder can do
-   much of its work without attention, so this is easier here than on real data.
+   a single head keeps all but about 1.3 BLEU. Default model (24 heads, the model and sweep of the full
+   `python -m minihead reproduce` run, measured while writing this chapter): 5 of 24 heads (79% pruned) score
+   1.1 BLEU above the model before pruning and 0.8 below the $\lambda = 0$ run; 4 heads are at -0.75, 2 heads at
+   -1.1; with all 24 heads gone BLEU drops by 15. Our synthetic language is regular, and with position encodings
+   and feed-forward layers the encoder can do much of its work without attention, so this is easier here than on
+   real data.
 2. **The specialised heads survive.** Paper: positional, syntactic and rare-word heads are the last to be pruned,
    so the share of role-carrying heads among the survivors exceeds their share among all heads. **This did not
-   reproduce, at either scale.** Our models have almost no specialised encoder heads (chapter 3): no positional
-   head (in the quick model no head puts even 20% of its argmaxes on one neighbour), no rare-word head, and two
-   heads each that pass the syntactic threshold, barely (quick: 0.1 and 2.2, both on advmod, 16 and 17 points
-   above the offset baseline; default: 3.3 and 4.0). Pruning does not favour them: in the quick model the
-   survivors are heads of the first layer and the role-carrying head of that layer is among the first to go; in
-   the default model one of the two is still there at 10 heads (10% of the survivors against 8% of all heads)
-   and gone at 5. (With `seed=1` the quick model kept head 0.1 down to 4 heads, 25%; with 2 heads it was gone in
-   both seeds.) The final cell asserts the robust part of what we measured, in both modes, with the paper's claim
-   stated beside it: among the runs keeping at most a sixth of the heads, role-carrying heads are not
-   over-represented.
+   reproduce in the quick model; it does in the default model.** Both have few specialised encoder heads
+   (chapter 3): no positional head, no rare-word head, and two heads each that pass the syntactic threshold
+   (quick: 0.1 and 2.2, both on advmod, barely, 16 and 17 points above the offset baseline; default: 3.0 on
+   object->verb, +41 points, and 4.3 on verb->adverb, +22). In the quick model the survivors are heads of the
+   first layer and the role-carrying head of that layer is among the first to go. (With `seed=1` the quick model
+   kept head 0.1 down to 4 heads, 25%; with 2 heads it was gone in both seeds.) In the default model both
+   syntactic heads are kept down to 5 heads (40% of the survivors against 8% of all heads), and the strong
+   object->verb head is one of the last two (50%). The final cell asserts what was measured at each scale: in
+   quick mode, among the runs keeping at most a sixth of the heads, role-carrying heads are not over-represented;
+   in full mode, the paper's claim, over-represented in every run that pruned at least half of the heads. With
+   two role-carrying heads this rests on two heads, and a retrained default model may not repeat it (an earlier
+   one, whose object->verb head was weak, kept neither to the end).
 """)
 nb.code(r"""
 few = [r for r in runs if r["n_retained"]["enc"] <= n_heads // 3]
@@ -252,12 +255,18 @@ else:
     assert shares, "no run pruned half of the heads"
     over = [(lam, kept, s_kept > s_all) for lam, kept, s_kept, s_all in shares]
     print("role-carrying heads over-represented among the survivors (lambda, heads kept, yes/no):", over)
-    # Measured at both scales: NOT reproduced (paper: specialised heads survive longest). The last survivors,
-    # at most a sixth of the heads, carry no more roles than the heads at large.
-    last_ones = [(lam, kept, s_kept, s_all) for lam, kept, s_kept, s_all in shares if kept <= n_heads // 6]
-    assert last_ones and all(s_kept <= s_all for _, _, s_kept, s_all in last_ones), shares
-    print("finding 2 did not reproduce: the last survivors are not role-carrying heads "
-          "(paper: specialised heads survive longest); see the text above")
+    if QUICK:
+        # Measured in quick mode: NOT reproduced. The last survivors, at most a sixth of the heads, carry no more
+        # roles than the heads at large.
+        last_ones = [(lam, kept, s_kept, s_all) for lam, kept, s_kept, s_all in shares if kept <= n_heads // 6]
+        assert last_ones and all(s_kept <= s_all for _, _, s_kept, s_all in last_ones), shares
+        print("finding 2 did not reproduce in quick mode: the last survivors are not role-carrying heads "
+              "(paper: specialised heads survive longest); see the text above")
+    else:
+        # Measured in full mode: reproduced (the paper's claim).
+        assert all(s_kept > s_all for _, _, s_kept, s_all in shares), shares
+        print("finding 2 holds in full mode: role-carrying heads over-represented among the survivors of every "
+              "run that pruned at least half of the heads")
 print(f"chapter done in {time.time() - T0:.0f} s")
 """)
 
