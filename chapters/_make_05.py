@@ -137,23 +137,18 @@ pruning; pruning fine-tunes the encoder, so a survivor's map may shift a little 
 run, sorted from all heads down; a cell is coloured when that head survived, by its role.
 """)
 nb.code(r"""
-try:
-    from minihead.analysis import head_roles
-    report = head_roles(study.params, cfg, study.vocab, study.trees["dev"], study.corpus.src_freq)
-    roles = report.roles
-except ImportError as exc:          # minihead.analysis is written separately; without it, no roles
-    roles = None
-    print("head roles unavailable (minihead.analysis missing):", exc)
-if roles is not None:
-    for lh in sorted(roles):
-        if roles[lh]:
-            print(f"layer {lh[0]} head {lh[1]}: {', '.join(sorted(roles[lh]))}")
-    print(f"{sum(1 for r in roles.values() if r)} of {n_heads} heads have a role")
+from minihead.analysis import head_roles
+report = head_roles(study.params, cfg, study.vocab, study.trees["dev"], study.corpus.src_freq)
+roles = report.roles                                              # {(l, h): set of roles}
+for lh in sorted(roles):
+    if roles[lh]:
+        print(f"layer {lh[0]} head {lh[1]}: {', '.join(sorted(roles[lh]))}")
+print(f"{sum(1 for r in roles.values() if r)} of {n_heads} heads have a role")
 """)
 nb.code(r"""
 ROLE_CODE = {"positional": 1, "syntactic": 2, "rare": 3}      # a head with several roles shows the first of these
 def role_of(lh):
-    r = roles.get(lh, set()) if roles else set()
+    r = roles.get(lh, set())
     return min((ROLE_CODE[x] for x in r), default=4)           # 4: no role found
 
 order = sorted(runs, key=lambda r: -r["n_retained"]["enc"])
@@ -181,15 +176,10 @@ Are heads with a role over-represented among the survivors? For every run that p
 heads, the share of role-carrying heads among the survivors beside their share among all heads.
 """)
 nb.code(r"""
-shares = []
-if roles is not None:
-    for r in order:
-        kept = r["n_retained"]["enc"]
-        if 0 < kept <= n_heads // 2:
-            s_kept, s_all = P.specialised_share(xp.asarray(r["retained"]["enc"]), roles)
-            shares.append((r["lam"], kept, s_kept, s_all))
-            print(f"lambda {r['lam']:g}: {kept} head{'s' if kept != 1 else ''} kept, {s_kept:.0%} of them have a role "
-                  f"(all heads: {s_all:.0%})")
+shares = P.survivor_role_shares(runs, roles, n_heads)              # [(lam, kept, share kept, share all)]
+for lam, kept, s_kept, s_all in shares:
+    print(f"lambda {lam:g}: {kept} head{'s' if kept != 1 else ''} kept, {s_kept:.0%} of them have a role "
+          f"(all heads: {s_all:.0%})")
 print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions remain at 17 heads")
 """)
 
@@ -249,24 +239,21 @@ assert kept_by_lam == sorted(kept_by_lam, reverse=True), kept_by_lam
 assert best["bleu"] >= base["bleu"] - SMALL_COST, (best["n_retained"], best["bleu"], base["bleu"])
 print("finding 1 holds: most encoder heads pruned at a small BLEU cost")
 # Finding 2 (paper: specialised heads are over-represented among the survivors).
-if roles is None:
-    print("roles unavailable (minihead.analysis missing): finding 2 not checked")
+assert shares, "no run pruned half of the heads"
+over = [(lam, kept, s_kept > s_all) for lam, kept, s_kept, s_all in shares]
+print("role-carrying heads over-represented among the survivors (lambda, heads kept, yes/no):", over)
+if QUICK:
+    # Measured in quick mode: NOT reproduced. The last survivors, at most a sixth of the heads, carry no more
+    # roles than the heads at large.
+    last_ones = [(lam, kept, s_kept, s_all) for lam, kept, s_kept, s_all in shares if kept <= n_heads // 6]
+    assert last_ones and all(s_kept <= s_all for _, _, s_kept, s_all in last_ones), shares
+    print("finding 2 did not reproduce in quick mode: the last survivors are not role-carrying heads "
+          "(paper: specialised heads survive longest); see the text above")
 else:
-    assert shares, "no run pruned half of the heads"
-    over = [(lam, kept, s_kept > s_all) for lam, kept, s_kept, s_all in shares]
-    print("role-carrying heads over-represented among the survivors (lambda, heads kept, yes/no):", over)
-    if QUICK:
-        # Measured in quick mode: NOT reproduced. The last survivors, at most a sixth of the heads, carry no more
-        # roles than the heads at large.
-        last_ones = [(lam, kept, s_kept, s_all) for lam, kept, s_kept, s_all in shares if kept <= n_heads // 6]
-        assert last_ones and all(s_kept <= s_all for _, _, s_kept, s_all in last_ones), shares
-        print("finding 2 did not reproduce in quick mode: the last survivors are not role-carrying heads "
-              "(paper: specialised heads survive longest); see the text above")
-    else:
-        # Measured in full mode: reproduced (the paper's claim).
-        assert all(s_kept > s_all for _, _, s_kept, s_all in shares), shares
-        print("finding 2 holds in full mode: role-carrying heads over-represented among the survivors of every "
-              "run that pruned at least half of the heads")
+    # Measured in full mode: reproduced (the paper's claim).
+    assert all(s_kept > s_all for _, _, s_kept, s_all in shares), shares
+    print("finding 2 holds in full mode: role-carrying heads over-represented among the survivors of every "
+          "run that pruned at least half of the heads")
 print(f"chapter done in {time.time() - T0:.0f} s")
 """)
 

@@ -92,11 +92,9 @@ axes[1].set(xscale="log", xlabel="lambda", ylabel="share of heads retained")
 axes[0].legend(fontsize=8)
 plt.tight_layout()
 
-def half_closed_step(history, k):
-    # first logged step at which at most half of the heads of type k are open (None: never)
-    return next((h["step"] for h in history if h["open"][k] <= total[k] / 2), None)
+first, t_half = P.encoder_closes_first(last, cfg)      # kind -> first logged step with at most half open
 for k in GATE_KINDS:
-    print(f"{NAMES[k]:>16}: half of the heads closed at step {half_closed_step(last['history'], k)}")
+    print(f"{NAMES[k]:>16}: half of the heads closed at step {t_half[k]}")
 """)
 
 nb.md(r"""
@@ -115,14 +113,10 @@ for i, r in enumerate(runs):
         ax.set_title(f"{NAMES[k]}, lambda {r['lam']:g}: {int(m.sum())}", fontsize=9)
 plt.tight_layout()
 
-def mean_layer(m):
-    # mean layer index (0 = lowest) of the retained heads of one (L, H) mask
-    m = xp.asarray(m, dtype="float64")
-    return float((m.sum(1) * xp.arange(m.shape[0])).sum() / max(m.sum(), 1))
 mid = (cfg.n_dec_layers - 1) / 2
 for r in runs:
     print(f"lambda {r['lam']:g}: mean layer of retained heads (0 = lowest, middle {mid:g}): "
-          + ", ".join(f"{NAMES[k]} {mean_layer(r['retained'][k]):.2f}" for k in GATE_KINDS))
+          + ", ".join(f"{NAMES[k]} {P.mean_layer(r['retained'][k]):.2f}" for k in GATE_KINDS))
 """)
 
 nb.md(r"""
@@ -180,21 +174,16 @@ layer, decoder-encoder heads weighted towards the top layer (2 / 2 / 4 over laye
 """)
 nb.code(r"""
 # Finding 1 (paper: encoder self-attention heads go first, decoder-encoder heads last).
+# At every lambda: share retained enc <= dec_self <= dec_enc, enc < dec_enc (prune.type_order_holds).
 for r in runs:
-    share = {k: r["n_retained"][k] / total[k] for k in GATE_KINDS}
-    assert share["enc"] <= share["dec_self"] <= share["dec_enc"] and share["enc"] < share["dec_enc"], (r["lam"], share)
-t_half = {k: half_closed_step(last["history"], k) for k in GATE_KINDS}
-assert t_half["enc"] is not None and all(t is None or t >= t_half["enc"] for t in t_half.values()), t_half
+    assert P.type_order_holds(r, cfg), (r["lam"], P.retained_shares(r, cfg))
+# Along the run with the largest lambda, the encoder is the first type to lose half of its heads.
+assert first, t_half
 print("finding 1 holds: encoder self-attention heads are pruned first, decoder-encoder heads last")
 # Finding 2 (paper: decoder self-attention survives in lower layers, decoder-encoder attention in higher ones).
-checked = 0
-for r in runs:
-    for k, below in (("dec_self", True), ("dec_enc", False)):
-        if r["n_retained"][k] < total[k]:
-            ml = mean_layer(r["retained"][k])
-            assert (ml < mid) if below else (ml > mid), (r["lam"], k, ml)
-            checked += 1
-assert checked >= 2, checked
+layer_checks = [(r["lam"], *c) for r in runs for c in P.survivor_layers(r, cfg)]   # (lam, kind, mean layer, holds)
+assert len(layer_checks) >= 2 and all(holds for *_, holds in layer_checks), layer_checks
+checked = len(layer_checks)
 print(f"finding 2 holds: decoder self-attention survives low, decoder-encoder attention high ({checked} checks)")
 # Finding 3 (paper: the pruned model beats the same configuration trained from scratch, Table 2).
 wins = [bp > bs for _, bp, bs in rows]

@@ -39,6 +39,7 @@ from .optim import Adam, clip_grad_norm
 
 KIND_SETS = {"enc": ("enc",), "all": GATE_KINDS}   # the CLI's --kinds
 CACHE_VERSION = 2                                  # bump when the computation behind a cached file changes
+SCRATCH_SAVE_EVERY = 200                           # from-scratch training: steps between resumable saves
 
 
 class PruneError(MiniheadError, ValueError):
@@ -236,6 +237,66 @@ def specialised_share(retained, roles):
     return share_kept, share_all
 
 
+# --------------------------------------------------------------------------- what a sweep shows
+# One copy of each reading of the sweeps, for chapters 5 and 6 and the reproduce report.
+def survivor_role_shares(runs, roles, n_heads):
+    """Figure 8's claim, run by run: (lam, heads kept, share of role-carrying heads among the survivors, share
+    among all heads) for every encoder run of :func:`sweep` that pruned at least half of the n_heads encoder
+    heads and kept at least one. The claim (specialised heads survive longest) holds where the first share
+    exceeds the second."""
+    out = []
+    for r in sorted(runs, key=lambda r: -r["n_retained"]["enc"]):
+        kept = r["n_retained"]["enc"]
+        if 0 < kept <= n_heads // 2:
+            out.append((r["lam"], kept, *specialised_share(xp.asarray(r["retained"]["enc"]), roles)))
+    return out
+
+
+def retained_shares(run, cfg):
+    """kind -> share of that kind's heads retained by one run of :func:`prune_study`."""
+    return {k: n / (cfg.n_layers(k) * cfg.n_heads) for k, n in run["n_retained"].items()}
+
+
+def type_order_holds(run, cfg):
+    """Voita et al. sec. 8 at the end of one all-attention run: encoder self-attention keeps the smallest share
+    of its heads, decoder-encoder attention the largest (enc <= dec_self <= dec_enc and enc < dec_enc)."""
+    s = retained_shares(run, cfg)
+    return s["enc"] <= s["dec_self"] <= s["dec_enc"] and s["enc"] < s["dec_enc"]
+
+
+def half_closed_step(history, kind, n_heads):
+    """First logged step of a pruning run's ``history`` at which at most half of the n_heads heads of ``kind``
+    are open (None: never)."""
+    return next((h["step"] for h in history if h["open"][kind] <= n_heads / 2), None)
+
+
+def encoder_closes_first(run, cfg):
+    """Along one all-attention run, encoder self-attention is the first type to lose half of its heads (another
+    type may lose half at the same logged step, never earlier). Returns (holds, kind -> step or None)."""
+    steps = {k: half_closed_step(run["history"], k, cfg.n_layers(k) * cfg.n_heads) for k in GATE_KINDS}
+    holds = steps["enc"] is not None and all(t is None or t >= steps["enc"] for t in steps.values())
+    return holds, steps
+
+
+def mean_layer(mask):
+    """Mean layer index (0 = lowest) of the retained heads of one (L, H) mask; 0 when none is retained."""
+    m = xp.asarray(mask, dtype="float64")                                   # (L, H)
+    return float((m.sum(1) * xp.arange(m.shape[0])).sum() / max(float(m.sum()), 1.0))
+
+
+def survivor_layers(run, cfg):
+    """Voita et al. sec. 8: decoder self-attention survives in the lower layers, decoder-encoder attention in
+    the higher ones. For each of the two types that lost heads in ``run``: (kind, mean layer of its survivors,
+    holds), holds = below the middle layer (n_dec_layers - 1) / 2 for dec_self, above it for dec_enc."""
+    mid = (cfg.n_dec_layers - 1) / 2
+    out = []
+    for k, below in (("dec_self", True), ("dec_enc", False)):
+        if k in run["n_retained"] and run["n_retained"][k] < cfg.n_layers(k) * cfg.n_heads:
+            ml = mean_layer(run["retained"][k])
+            out.append((k, ml, ml < mid if below else ml > mid))
+    return out
+
+
 # --------------------------------------------------------------------------- cache
 def params_fingerprint(params):
     """SHA-1 over the names, shapes and bytes of every weight: a cache entry is tied to the exact model."""
@@ -352,7 +413,8 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
     missing kinds all 1) for ``steps`` steps with the study's training settings (lr schedule, batches,
     dropout), and score the final model (one dev evaluation, at the end; no early stopping or checkpoint
     selection, like the pruned model) on the test set with the same gates. Cached as
-    ``scratch-<hash>.json`` beside its run folder ``scratch-<hash>/``. Returns dict bleu, steps, best_dev_bleu,
+    ``scratch-<hash>.json`` beside its run folder ``scratch-<hash>/``; the training writes ``last.npz`` every
+    ``SCRATCH_SAVE_EVERY`` steps, so an interrupted run resumes there. Returns dict bleu, steps, best_dev_bleu,
     history, cached."""
     from .train import TrainConfig, train
     masks = {k: backend.to_host(v).astype(bool).tolist() for k, v in retained.items() if v is not None}
@@ -367,7 +429,9 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
 
     def compute():
         gates = full_gates(study.cfg, masks)
-        res = train(study.corpus, study.cfg, tcfg, os.path.join(folder, name), progress=progress, gates=gates)
+        run_dir = os.path.join(folder, name)
+        res = train(study.corpus, study.cfg, tcfg, run_dir, progress=progress, gates=gates,
+                    resume=os.path.exists(os.path.join(run_dir, "last.npz")), save_every=SCRATCH_SAVE_EVERY)
         best = checkpoint.load(res.best_path, expect_cfg=study.cfg)
         src, ref = study.splits["test"]
         score = gated_bleu(best.params, study.cfg, study.vocab, src, ref, gates=gates, n=n_test)

@@ -240,3 +240,52 @@ def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
     assert "enc       per layer" in text and "test BLEU (8 sentences, greedy)" in text
     ck = checkpoint.load(out)
     np.testing.assert_array_equal(backend.to_host(ck.extra("log_alpha.enc")), backend.to_host(r["result"].log_alpha["enc"]))
+
+
+# --------------------------------------------------------------------------- reading a sweep (chapters 5, 6, report)
+def _cfg(n_enc=2, n_dec=3, n_heads=2):
+    layers = {"enc": n_enc, "dec_self": n_dec, "dec_enc": n_dec}
+    return SimpleNamespace(n_heads=n_heads, n_dec_layers=n_dec, n_layers=lambda k: layers[k])
+
+
+def _run(retained, history=(), lam=0.1):
+    return {"lam": lam, "retained": {k: np.asarray(m, dtype=bool).tolist() for k, m in retained.items()},
+            "n_retained": {k: int(np.sum(m)) for k, m in retained.items()}, "history": list(history)}
+
+
+def test_survivor_role_shares_compares_survivors_with_all_heads():
+    """share kept = |role heads among survivors| / |survivors|, share all = |role heads| / L*H, for every run
+    keeping at least one and at most half of the heads, most heads first."""
+    roles = {(0, 0): {"syntactic"}, (0, 1): set(), (1, 0): set(), (1, 1): {"positional"}}
+    runs = [_run({"enc": [[1, 0], [0, 0]]}, lam=0.3), _run({"enc": [[1, 1], [1, 1]]}, lam=0.0),
+            _run({"enc": [[0, 1], [1, 0]]}, lam=0.1), _run({"enc": [[0, 0], [0, 0]]}, lam=1.0)]
+    assert P.survivor_role_shares(runs, roles, 4) == [(0.1, 2, 0.0, 0.5), (0.3, 1, 1.0, 0.5)]
+
+
+def test_type_order_and_encoder_first():
+    """Order holds iff share(enc) <= share(dec_self) <= share(dec_enc) and share(enc) < share(dec_enc);
+    'encoder first' iff enc is the first kind with open <= n/2 in the logged history (ties allowed)."""
+    cfg = _cfg()                                             # 4 enc heads, 6 dec_self, 6 dec_enc
+    good = _run({"enc": [[0, 1], [0, 0]], "dec_self": [[1, 1], [1, 0], [0, 0]], "dec_enc": [[0, 1], [1, 1], [1, 1]]},
+                history=[{"step": 5, "open": {"enc": 3, "dec_self": 5, "dec_enc": 6}},
+                         {"step": 10, "open": {"enc": 2, "dec_self": 3, "dec_enc": 6}}])
+    assert P.retained_shares(good, cfg) == {"enc": 0.25, "dec_self": 0.5, "dec_enc": 5 / 6}
+    assert P.type_order_holds(good, cfg)
+    assert P.encoder_closes_first(good, cfg) == (True, {"enc": 10, "dec_self": 10, "dec_enc": None})
+    bad = _run({"enc": [[1, 1], [1, 1]], "dec_self": [[1, 1], [1, 0], [0, 0]], "dec_enc": [[1, 1], [1, 1], [1, 1]]},
+               history=[{"step": 5, "open": {"enc": 4, "dec_self": 3, "dec_enc": 6}}])
+    assert not P.type_order_holds(bad, cfg)
+    assert P.encoder_closes_first(bad, cfg) == (False, {"enc": None, "dec_self": 5, "dec_enc": None})
+
+
+def test_survivor_layers_mean_layer_against_the_middle():
+    """mean layer = sum_l l * kept_l / sum_l kept_l; dec_self should lie below (L - 1) / 2, dec_enc above; a kind
+    that kept all of its heads is not judged."""
+    cfg = _cfg()                                             # 3 decoder layers: middle 1
+    assert P.mean_layer([[1, 1], [0, 1], [0, 0]]) == pytest.approx(1 / 3)
+    assert P.mean_layer([[0, 0], [0, 0]]) == 0.0
+    run = _run({"enc": [[0, 0], [0, 0]], "dec_self": [[1, 1], [0, 1], [0, 0]], "dec_enc": [[0, 0], [1, 0], [1, 1]]})
+    assert P.survivor_layers(run, cfg) == [("dec_self", pytest.approx(1 / 3), True),
+                                           ("dec_enc", pytest.approx(5 / 3), True)]
+    flipped = _run({"dec_self": [[0, 0], [1, 0], [1, 1]], "dec_enc": [[1, 1], [1, 1], [1, 1]]})
+    assert P.survivor_layers(flipped, cfg) == [("dec_self", pytest.approx(5 / 3), False)]
