@@ -105,12 +105,14 @@ def dev_bleu(params, cfg, corpus, n, gates=None):
     return bleu(hyps, corpus.dev_tgt[:n])
 
 
-def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=None, log=print, gates=None):
+def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=None, log=print, gates=None,
+          save_every=None):
     """Train (or resume from ``out_dir/last.npz``); writes ``last.npz`` every ``eval_every`` steps and
-    ``best.npz`` on each new best dev BLEU. ``stop_after`` ends this call after that many steps (to
-    simulate an interruption). ``gates``: fixed per-head gates ({"enc": (L, H), ...}, e.g. 0/1 masks
-    of a pruned configuration trained from scratch), used in training and in dev BLEU. Returns a
-    TrainResult."""
+    ``best.npz`` on each new best dev BLEU. ``save_every``: also write ``last.npz`` every that many steps
+    without evaluating (a run with one dev evaluation at its end can still resume). ``stop_after`` ends this
+    call after that many steps (to simulate an interruption). ``gates``: fixed per-head gates
+    ({"enc": (L, H), ...}, e.g. 0/1 masks of a pruned configuration trained from scratch), used in training
+    and in dev BLEU. Returns a TrainResult."""
     from tqdm.auto import tqdm
     last_path, best_path = os.path.join(out_dir, "last.npz"), os.path.join(out_dir, "best.npz")
     vocab = corpus.vocab
@@ -166,9 +168,12 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
             if bad >= tcfg.patience:
                 log(f"early stop at step {step}: no dev BLEU gain in {bad} evaluations") if progress else None
                 stopped = True
-        if stop_after is not None and run_steps >= stop_after:
+        evaluated = step % tcfg.eval_every == 0 or step == tcfg.max_steps
+        interrupted = stop_after is not None and run_steps >= stop_after
+        if interrupted or (save_every and step % save_every == 0 and not evaluated):
             checkpoint.save(last_path, params, cfg, vocab, opt, gen,
                             _meta(tcfg, step, epoch, pos, history, best, bad, loss_acc, n_acc, curve))
+        if interrupted:
             break
     bar.close()
     return TrainResult(params, cfg, vocab, history, curve, best_path, last_path, best)

@@ -55,6 +55,32 @@ def test_resume_is_exact(tmp_path):
     assert all(np.array_equal(resumed.params[k], full.params[k]) for k in full.params)
 
 
+def test_save_every_lets_a_killed_run_resume(tmp_path, monkeypatch):
+    """With one dev evaluation at the end (eval_every = max_steps, as for a from-scratch run) and
+    save_every = 5, a run killed during step 13 resumes from the step-10 save and ends with the same
+    history and weights as an uninterrupted run."""
+    import minihead.train as T
+    c = toy_corpus()
+    cfg, tcfg = tiny(c, eval_every=24)
+    full = train(c, cfg, tcfg, str(tmp_path / "full"), progress=False, save_every=5)
+    real, calls = T.loss_and_grads, []
+
+    def killed_at_13(*a, **kw):
+        calls.append(1)
+        if len(calls) == 13:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+    monkeypatch.setattr(T, "loss_and_grads", killed_at_13)
+    part = str(tmp_path / "part")
+    with pytest.raises(KeyboardInterrupt):
+        train(c, cfg, tcfg, part, progress=False, save_every=5)
+    monkeypatch.setattr(T, "loss_and_grads", real)
+    assert checkpoint.load(os.path.join(part, "last.npz")).meta["step"] == 10
+    resumed = train(c, cfg, tcfg, part, resume=True, progress=False, save_every=5)
+    assert resumed.history == full.history and resumed.curve == full.curve and len(full.history) == 1
+    assert all(np.array_equal(resumed.params[k], full.params[k]) for k in full.params)
+
+
 def test_checkpoint_round_trip_without_pickle(tmp_path):
     c = toy_corpus(200)
     cfg, _ = tiny(c)
