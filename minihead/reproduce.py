@@ -36,9 +36,9 @@ SCALES = {
 }
 
 
-def _bar(stages, progress):
+def _bar(n_stages, progress):
     from tqdm.auto import tqdm
-    return tqdm(total=len(stages), desc="reproduce", unit="stage", disable=not progress)
+    return tqdm(total=n_stages, desc="reproduce", unit="stage", disable=not progress)
 
 
 def _tolist(d):
@@ -85,15 +85,20 @@ def roles_stage(study):
     return head_roles(study.params, study.cfg, study.vocab, study.trees["dev"], study.corpus.src_freq)
 
 
-def prune_stages(study, s, progress):
+def prune_stages(study, s, progress, done=lambda stage: None):
+    """Test BLEU before pruning, the encoder-head sweep, the all-attention sweep and the most pruned
+    all-attention configurations trained from scratch; ``done(stage)`` is called after each of the last three."""
     from .prune import baseline, from_scratch, scratch_budget, sweep
     kw = s.get("prune", {})
     base = baseline(study, n_test=s["n_test"])
     enc = sweep(study, s["enc_lambdas"], "enc", s["prune_steps"], n_test=s["n_test"], progress=progress, **kw)
+    done("prune encoder")
     allk = sweep(study, s["all_lambdas"], "all", s["prune_steps"], n_test=s["n_test"], progress=progress,
                  **{**kw, **s.get("prune_all", {})})
+    done("prune all")
     steps = s["scratch_steps"] or scratch_budget(study, s["prune_steps"], prune_max_tokens=kw.get("max_tokens"))
     scratch = [from_scratch(study, r["retained"], steps, n_test=s["n_test"]) for r in allk[-s["n_scratch"]:]]
+    done("from scratch")
     return base, enc, allk, scratch
 
 
@@ -109,6 +114,8 @@ def _fig(path, draw):
 
 
 def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed):
+    """``report/README.md`` (findings beside the paper's, figures, tables), the figures and ``results.json``.
+    ``elapsed``: stage -> wall seconds of this run."""
     os.makedirs(out, exist_ok=True)
     L, H = study.cfg.n_enc_layers, study.cfg.n_heads
     figs = {}
@@ -132,7 +139,8 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
              f"d_model {study.cfg.d_model}, trained on {len(study.corpus.train_src)} pairs of data_small; "
              f"test BLEU {base['bleu']:.2f} (greedy, first {s['n_test']} test sentences). "
              f"Paper: Transformer-base, 6 layers x 8 heads, WMT / OpenSubtitles EN-RU ({paper.SOURCE}).",
-             f"Wall time of this run: {elapsed / 60:.1f} min (cached stages are read, not recomputed).", "",
+             f"Wall time of this run: {sum(elapsed.values()) / 60:.1f} min (cached stages are read, not recomputed): "
+             + ", ".join(f"{k} {v / 60:.1f}" for k, v in elapsed.items()) + " min.", "",
              "## Findings, ours beside the paper's", "",
              "| finding | paper | ours | holds here |", "|---|---|---|---|"]
     tq = summ["top_quarter_share"]
@@ -162,6 +170,25 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
     kept = min((r["n_retained"]["enc"] for r in small), default=L * H)
     lines.append(f"| most encoder heads prunable at small cost | 10 of 48 kept, -0.15 BLEU (WMT) | {kept} of {L * H} "
                  f"kept within 1 BLEU | {'yes' if kept <= L * H / 2 else 'no'} |")
+    from .prune import encoder_closes_first, survivor_layers, survivor_role_shares, type_order_holds
+    shares = survivor_role_shares(enc, rep.roles, L * H)          # [(lam, kept, share kept, share all)]
+    over = sum(sk > sa for _, _, sk, sa in shares)
+    lines.append(f"| specialised heads survive pruning longest (role-carrying share of the survivors > of all "
+                 f"heads, runs keeping at most half) | all three functions remain at 17 of 48 heads | "
+                 + ("; ".join(f"{k} kept: {sk:.0%} vs {sa:.0%}" for _, k, sk, sa in shares) or "no such run")
+                 + f" | {'yes' if shares and over == len(shares) else 'partly' if over else 'no'} |")
+    ordered = [type_order_holds(r, study.cfg) for r in allk]
+    first = [encoder_closes_first(r, study.cfg)[0] for r in allk]
+    lines.append(f"| encoder self-attention pruned first, decoder-encoder last (share retained, all types gated) | "
+                 f"yes | enc / dec-self / dec-enc kept: " + "; ".join(
+                     "/".join(str(r["n_retained"][k]) for k in ("enc", "dec_self", "dec_enc")) for r in allk)
+                 + f" of {L * H} each; encoder first to lose half in {sum(first)} of {len(allk)} runs | "
+                 f"{'yes' if all(ordered) and all(first) else 'partly' if any(ordered) else 'no'} |")
+    layer_checks = [c for r in allk for c in survivor_layers(r, study.cfg)]   # (kind, mean layer, holds)
+    lines.append(f"| decoder self-attention survives in lower layers, decoder-encoder in higher | yes | mean layer "
+                 f"(middle {(study.cfg.n_dec_layers - 1) / 2:g}): "
+                 + ("; ".join(f"{k} {ml:.2f}" for k, ml, _ in layer_checks) or "no type lost heads")
+                 + f" | {'yes' if layer_checks and all(h for *_, h in layer_checks) else 'partly' if any(h for *_, h in layer_checks) else 'no'} |")
     paired = list(zip(allk[-len(scratch):], scratch)) if scratch else []
     wins = sum(r["bleu"] >= sc["bleu"] for r, sc in paired)
     lines.append(f"| pruned beats the same configuration from scratch | 7 of 7 configurations | {wins} of {len(paired)} "
@@ -191,7 +218,7 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
                    "cached_stages": [name for name, d in stages if d.get("cached")],
                    "enc": [{k: r[k] for k in ("lam", "n_retained", "bleu")} for r in enc],
                    "all": [{k: r[k] for k in ("lam", "n_retained", "bleu")} for r in allk],
-                   "scratch": [sc["bleu"] for sc in scratch]}, f, indent=1)
+                   "scratch": [sc["bleu"] for sc in scratch], "seconds": elapsed}, f, indent=1)
     return path
 
 
@@ -199,18 +226,22 @@ def reproduce(quick=True, out="report", progress=True, log=print, scale=None):
     """The whole study on data_small; ``scale`` (a dict like SCALES') overrides the named scale."""
     from .study import load_study
     s = scale or SCALES["quick" if quick else "full"]
-    t0 = time.time()
-    bar = _bar(range(5), progress)
+    bar = _bar(7, progress)
+    elapsed, t0 = {}, time.time()
+
+    def done(stage):                 # wall seconds per stage, for the report
+        nonlocal t0
+        elapsed[stage], t0 = time.time() - t0, time.time()
+        bar.update(1)
     study = load_study(s["study"], progress=progress)
-    bar.update(1)
+    done("train")
     imp = importance_stage(study, s["n_dev"], s["n_ablation"])
     summ = importance_summary(imp)
-    bar.update(1)
+    done("importance")
     rep = roles_stage(study)
-    bar.update(1)
-    base, enc, allk, scratch = prune_stages(study, s, progress)
-    bar.update(1)
-    path = write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, time.time() - t0)
+    done("roles")
+    base, enc, allk, scratch = prune_stages(study, s, progress, done)
+    path = write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed)
     bar.update(1)
     bar.close()
     log(f"report written to {path}")

@@ -20,18 +20,22 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
     path = reproduce.reproduce(out=str(out), progress=False, scale=TINY, log=lambda *a: None)
     text = pathlib.Path(path).read_text()
     for row in ("a few heads carry most relevance", "positional heads", "syntactic heads",
-                "most encoder heads prunable", "pruned beats the same configuration from scratch",
+                "most encoder heads prunable", "specialised heads survive pruning longest",
+                "encoder self-attention pruned first", "decoder self-attention survives in lower layers",
+                "pruned beats the same configuration from scratch", "Wall time of this run",
                 "Table 1 shape", "Table 2"):
         assert row in text, row
     assert "10 of 48 kept, -0.15 BLEU (WMT)" in text, "the paper's number stands beside ours"
     assert (out / "relevance.png").stat().st_size > 0 and (out / "prune_encoder.png").stat().st_size > 0
     results = json.loads((out / "results.json").read_text())
     assert len(results["enc"]) == 1 and len(results["scratch"]) == 1
+    assert list(results.pop("seconds")) == ["train", "importance", "roles", "prune encoder", "prune all",
+                                            "from scratch"]
     # every stage is cached now: a second run gives the same numbers
     path2 = reproduce.reproduce(out=str(tmp_path / "again"), progress=False, scale=TINY, log=lambda *a: None)
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     assert len(again.pop("cached_stages")) == 5, "importance, baseline, two prunings and from scratch all cached"
-    results.pop("cached_stages")
+    results.pop("cached_stages"), again.pop("seconds")
     assert again == results
 
 
