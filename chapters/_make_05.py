@@ -197,26 +197,29 @@ use the best run in a range rather than a single run.
    (8%) within 0.25 (OpenSubtitles). Ours: the best run that keeps at most a third of the encoder heads scores
    within `SMALL_COST` = 1 BLEU of the model before pruning. **This reproduces** at both scales. Quick model: a
    quarter of the heads (3 of 12) scores 0.4 above the model before pruning, 2 heads are within 0.2 BLEU of it,
-   a single head keeps all but about 1.3 BLEU. Default model (24 heads, the model and sweep of the full
-   `python -m minihead reproduce` run, measured while writing this chapter): 5 of 24 heads (79% pruned) score
-   1.1 BLEU above the model before pruning and 0.8 below the $\lambda = 0$ run; 4 heads are at -0.75, 2 heads at
-   -1.1; with all 24 heads gone BLEU drops by 15. Our synthetic language is regular, and with position encodings
-   and feed-forward layers the encoder can do much of its work without attention, so this is easier here than on
-   real data.
+   a single head keeps all but about 1.3 BLEU. Default model (24 heads; the model and sweep of the cold full
+   `python -m minihead reproduce` run, 2 BLAS threads): 7 of 24 heads (71% pruned) score 1.9 BLEU above the model
+   before pruning and 1.2 below the $\lambda = 0$ run; 3 heads are at +0.5, 4 at +0.4 (2.6 and 2.7 below
+   $\lambda = 0$); with all 24 heads gone BLEU drops by 14. Our synthetic language is regular, and with position
+   encodings and feed-forward layers the encoder can do much of its work without attention, so this is easier here
+   than on real data.
 2. **The specialised heads survive.** Paper: positional, syntactic and rare-word heads are the last to be pruned,
    so the share of role-carrying heads among the survivors exceeds their share among all heads. **This did not
-   reproduce in the quick model; it does in the default model.** Both have few specialised encoder heads
-   (chapter 3): no positional head, no rare-word head, and two heads each that pass the syntactic threshold
-   (quick: 0.1 and 2.2, both on advmod, barely, 16 and 17 points above the offset baseline; default: 3.0 on
-   object->verb, +41 points, and 4.3 on verb->adverb, +22). In the quick model the survivors are heads of the
+   reproduce in the quick model, and only partly in the default model.** Both have few specialised encoder heads
+   (chapter 3): no positional head, no rare-word head, and two or three heads that pass the syntactic threshold
+   (quick: 0.1 and 2.2, both on advmod, barely, 16 and 17 points above the offset baseline; default: 3.1 on
+   object->verb, +43 points, and 2.1 and 5.0 on verb->adverb). In the quick model the survivors are heads of the
    first layer and the role-carrying head of that layer is among the first to go. (With `seed=1` the quick model
-   kept head 0.1 down to 4 heads, 25%; with 2 heads it was gone in both seeds.) In the default model both
-   syntactic heads are kept down to 5 heads (40% of the survivors against 8% of all heads), and the strong
-   object->verb head is one of the last two (50%). The final cell asserts what was measured at each scale: in
-   quick mode, among the runs keeping at most a sixth of the heads, role-carrying heads are not over-represented;
-   in full mode, the paper's claim, over-represented in every run that pruned at least half of the heads. With
-   two role-carrying heads this rests on two heads, and a retrained default model may not repeat it (an earlier
-   one, whose object->verb head was weak, kept neither to the end).
+   kept head 0.1 down to 4 heads, 25%; with 2 heads it was gone in both seeds.) In the default model the
+   role-carrying heads are over-represented while a third or more of the heads survive (9 kept: 22% have a role,
+   7 kept: 29%, against 12% of all heads; the strong object->verb head 3.1 is among the 7), but none of them is
+   among the last 4 or 3: there its neighbour 3.0, whose map has the same backward-looking shape (-1, -2, -3), is
+   kept instead. (A default model trained in an earlier session kept both of its syntactic heads down to 5 heads
+   and its object->verb head among the last 2: this finding moves with the model.) The final cell asserts what was
+   measured at each scale: in quick mode, among the runs keeping at most a sixth of the heads, role-carrying heads
+   are not over-represented; in full mode, over-represented in the runs keeping more than a sixth of the heads and
+   absent from the survivors of the runs keeping at most a sixth. With three role-carrying heads this rests on few
+   heads, and a retrained default model may not repeat it.
 """)
 nb.code(r"""
 few = [r for r in runs if r["n_retained"]["enc"] <= n_heads // 3]
@@ -250,10 +253,14 @@ if QUICK:
     print("finding 2 did not reproduce in quick mode: the last survivors are not role-carrying heads "
           "(paper: specialised heads survive longest); see the text above")
 else:
-    # Measured in full mode: reproduced (the paper's claim).
-    assert all(s_kept > s_all for _, _, s_kept, s_all in shares), shares
-    print("finding 2 holds in full mode: role-carrying heads over-represented among the survivors of every "
-          "run that pruned at least half of the heads")
+    # Measured in full mode: PARTLY reproduced. Over-represented while more than a sixth of the heads survive
+    # (the paper's claim), absent among the last survivors (against it).
+    middle = [x for x in shares if x[1] > n_heads // 6]
+    last_ones = [x for x in shares if x[1] <= n_heads // 6]
+    assert middle and all(s_kept > s_all for _, _, s_kept, s_all in middle), shares
+    assert last_ones and all(s_kept == 0 for _, _, s_kept, _ in last_ones), shares
+    print("finding 2 partly reproduced in full mode: role-carrying heads over-represented among the survivors "
+          "down to a third of the heads, none among the last survivors; see the text above")
 print(f"chapter done in {time.time() - T0:.0f} s")
 """)
 
