@@ -27,8 +27,9 @@ SCALES = {
               "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10},
               "prune_all": {"log_every": 5}},
     "full": {"study": "default", "n_dev": 1000, "n_test": 1000, "n_ablation": 300, "prune_steps": 400,
-             # sized for the 90-minute budget on 2 cores: one pruning run is ~3.5 min, one from-scratch
-             # training (2,800 steps) ~19 min; the other lambdas of the earlier 8 + 4 sweep added little
+             # sized for the 90-minute budget on 2 cores: the cold run took 62 min (training 14, one pruning
+             # run ~2.3, one from-scratch training of 2,800 steps ~14.5); the other lambdas of an earlier
+             # 8 + 4 sweep added little
              "enc_lambdas": (0.0, 0.01, 0.02, 0.03, 0.05, 0.3), "all_lambdas": (0.03, 0.1),
              "n_scratch": 2, "scratch_steps": None,
              "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10},
