@@ -382,9 +382,15 @@ The three functions of the paper are not equally visible in this project's model
   queries (about a fifth in the quick model, up to about 0.37 in the default one). The synthetic source language is
   read word by word, without BPE pieces to glue back together, and its sentences are short: the local context the
   paper's positional heads supply seems to be carried by the residual stream and the position encodings instead.
-* **Syntactic heads: found for few relations.** In both models a head attending from the verb to its adverb beats
-  the best fixed offset by well over 10 points (quick 68.5 vs 51.4, default 75.8 vs 51.4; the quick model also has
-  one from the adverb to its verb). This is the relation the translation rules move around: adverbs go to just
+* **Syntactic heads: found for few relations, and only at the line in the quick model.** In both models the best
+  syntactic head attends from the verb to its adverb. In the default model it beats the best fixed offset by well
+  over 10 points (75.8 vs 51.4). In the quick model it sits near the 10-point line, and which side it lands on
+  depends on the CPU: the quick model trained with one BLAS thread on the machine of earlier sessions had
+  68.5 vs 51.4 (+17) and an adverb->verb head at +16, the same seed on an AMD EPYC machine with OpenBLAS's
+  Haswell kernels 59.8 vs 51.4 (+8.4) and +6.1: float sums in a different order train a slightly different
+  model. So at quick scale this finding is **borderline, not asserted either way**; the cell below asserts what
+  holds on both machines (the best head is verb->adverb, at least 5 points above the baseline, and only advmod
+  heads can pass the line). This is the relation the translation rules move around: adverbs go to just
   before the verb in the target. The default model adds an object->verb head (layer 3 head 1), its strongest:
   82.0 vs 38.6, +43 points, near the paper's 73-84. (The numbers are from the model of the cold full
   `python -m minihead reproduce` run, 2 BLAS threads. Default models trained in earlier sessions had the same two
@@ -428,17 +434,21 @@ for k, (claim, ours) in claims.items():
 
 # What this project measured at each scale (see the text above), and which (relation, direction) have a
 # syntactic head.
-MEASURED = {"quick": {"positional": False, "syntactic": True, "rare": False},
+# At quick scale the syntactic finding is borderline (+17 points on one CPU, +8.4 on another; see the text), so
+# it is not part of MEASURED there; the (relation, direction) pairs that may have a syntactic head are.
+MEASURED = {"quick": {"positional": False, "rare": False},
             "default": {"positional": False, "syntactic": True, "rare": False}}
 SYNTACTIC = {"quick": {("advmod", "head->dep"), ("advmod", "dep->head")},
              "default": {("advmod", "head->dep"), ("obj", "dep->head")}}
-assert found == MEASURED[scale], (scale, found, MEASURED[scale])
-assert {k for k, v in report.syntactic.items() if v} == SYNTACTIC[scale], report.syntactic
+assert {k: found[k] for k in MEASURED[scale]} == MEASURED[scale], (scale, found, MEASURED[scale])
+with_head = {k for k, v in report.syntactic.items() if v}
+assert (with_head <= SYNTACTIC[scale]) if scale == "quick" else (with_head == SYNTACTIC[scale]), report.syntactic
 # Paper: every positional head is confident (> 0.8) -- checked on whatever positional heads were found.
 assert all(float(report.confidence[lh]) > 0.8 for lh in report.positional), report.positional
-# The best syntactic head, clearly past the 10-point line: verb->adverb (quick), object->verb (default).
-BEST = {"quick": ("advmod", "head->dep"), "default": ("obj", "dep->head")}
-assert best_key == BEST[scale] and margins[best_key] >= 0.15, (best_key, margins[best_key])
+# The best syntactic head: verb->adverb, at least 5 points above the baseline (quick); object->verb, clearly
+# past the 10-point line (default).
+BEST = {"quick": (("advmod", "head->dep"), 0.05), "default": (("obj", "dep->head"), 0.15)}
+assert best_key == BEST[scale][0] and margins[best_key] >= BEST[scale][1], (best_key, margins[best_key])
 print(f"findings as measured at the {scale} scale")
 """)
 
