@@ -18,7 +18,7 @@ and is executed by the test suite in quick mode.
 | [04 Hard-concrete gates](04_hard_concrete_gates.ipynb) | the gate distribution, the L0 penalty, its gradient checks, useless toy heads closing | seconds | < 1 min |
 | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8) | ~2-3 min | ~14 min cold (six pruning runs), seconds when cached |
 | [06 Pruning all attention types](06_pruning_all_attention.ipynb) | which attention type goes first, where heads survive, pruned versus trained from scratch (Table 2) | ~3 min | ~34 min cold (two pruning runs, two from-scratch trainings), seconds when cached |
-| [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees | ~3 min (skips without the data) | ~20 min |
+| [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees | ~3 min (skips without the data) | ~30 min cold (trains the default model on 29k pairs) |
 
 Quick mode is switched on with the environment variable `MINIHEAD_QUICK=1` (the tests set it); without it the
 chapters use the default model. Every trained model and every sweep is cached in `runs/`, so a chapter re-runs in

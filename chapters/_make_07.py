@@ -109,8 +109,18 @@ What the run shows, asserted. At **quick** scale on real language the model is s
 below 20): its encoder heads are diffuse (confidence around 0.2), **no positional head and no syntactic head beating
 the offset baseline appears** on EWT — the paper's positional and syntactic findings do *not* reproduce at this scale,
 and the checks below assert that this is still what we measure (so this text cannot silently go stale). What does
-appear already is a head that points to the rarest word well above chance. At **full** scale the paper's findings
-are asserted as claimed; that run was not part of this project's CI.
+appear already is a head that points to the rarest word well above chance.
+
+At **full** scale (the `default` preset on all 29k pairs, 8,000 merges, 2,400 steps: dev BLEU 33.3, test_2016_flickr
+BLEU 33.15 with beam 4; ~28 min of training on 2 cores, measured while writing this text on all 2,001 EWT dev trees)
+the picture is the same, with one change: **still no positional head** (best share at -1 is 0.23) and **still no
+syntactic head** (every relation's best head is 19-51 points *below* the fixed-offset baseline: nsubj 17.1 vs 36.5,
+obj 17.2 vs 35.8, amod 23.7 vs 74.7, advmod 16.1 vs 45.8), but **a rare-word head appears**: layer 2 head 2 points
+to the rarest word 26.7% of the time, 3.5 times chance (7.6%), though not in the first layer as in the paper.
+Relevance and confidence agree strongly (Spearman 0.78) and relevance is more concentrated than on the synthetic
+language (top-quarter share 0.29-0.42). So the paper's positional and syntactic findings **do not reproduce** on
+real language at either of our scales: a 6-layer model trained on 29k short image captions, judged on longer web
+text, has not formed such heads. The final cell asserts these measured outcomes at both scales.
 """)
 nb.code(r"""
 if HAVE_DATA:
@@ -122,11 +132,13 @@ if HAVE_DATA:
                "best rarest-token share / chance": round(best_rare / chance, 2)}
     print(verdict)
     assert best_rare > 2 * chance, "a head points to the rarest word well above chance"
-    if QUICK:
-        assert verdict["positional heads"] == 0 and verdict["syntactic relation-directions"] == 0, \
-            "the quick real-language model now has specialised heads: update this chapter's text"
-    else:
-        assert verdict["positional heads"] >= 1 and verdict["syntactic relation-directions"] >= 1, verdict
+    # Measured at both scales (see the text): NOT reproduced; no positional and no syntactic head on EWT
+    # (paper: positional heads and syntactic heads for nsubj, dobj, amod, advmod).
+    assert verdict["positional heads"] == 0 and verdict["syntactic relation-directions"] == 0, \
+        "the real-language model now has specialised heads: update this chapter's text"
+    if not QUICK:
+        # full scale: the rare-word head passes the 3 x chance line of chapter 3 (paper: 66%, first layer)
+        assert best_rare >= 3 * chance, verdict
     print("checks hold as stated above")
 else:
     print("skipped: no real data")
