@@ -174,8 +174,7 @@ Three checks, each with the paper's claim beside what we measured:
    configurations trained from scratch for 2,800 steps score 80.97 (4 / 7 / 8 heads) and 79.03 (2 / 3 / 4 heads),
    at or above the full model before pruning (78.12), against 77.64 and 68.30 pruned: 400 pruning steps at a low
    rate do not let a 6-layer model recover from losing most of its heads in all three attention types, while a
-   model trained with only those heads from the start learns to do without the others. The paper's pruned models
-   were fine-tuned far longer relative to the damage. The final cell asserts the measured outcome at both scales,
+   model trained with only those heads from the start learns to do without the others. The final cell asserts the measured outcome at both scales,
    with the paper's claim stated beside it.
 
 The same sweep with `seed=1` (run while writing this chapter) gave the same picture: 1 / 8 / 12 heads at

@@ -154,7 +154,8 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         if step % CURVE_EVERY == 0:
             curve.append([step, loss_acc / n_acc])
             bar.set_postfix(loss=f"{loss_acc / n_acc:.3f}", tok_s=f"{tok / (time.time() - t0):.0f}")
-        if step % tcfg.eval_every == 0 or step == tcfg.max_steps:
+        evaluated = step % tcfg.eval_every == 0 or step == tcfg.max_steps
+        if evaluated:
             score = dev_bleu(params, cfg, corpus, tcfg.dev_bleu_sentences, gates)
             history.append({"step": step, "epoch": epoch, "loss": loss_acc / n_acc, "dev_bleu": score})
             loss_acc, n_acc = 0.0, 0
@@ -168,7 +169,6 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
             if bad >= tcfg.patience:
                 log(f"early stop at step {step}: no dev BLEU gain in {bad} evaluations") if progress else None
                 stopped = True
-        evaluated = step % tcfg.eval_every == 0 or step == tcfg.max_steps
         interrupted = stop_after is not None and run_steps >= stop_after
         if interrupted or (save_every and step % save_every == 0 and not evaluated):
             checkpoint.save(last_path, params, cfg, vocab, opt, gen,
