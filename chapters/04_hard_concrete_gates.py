@@ -1,38 +1,28 @@
-"""Writes chapters/04_hard_concrete_gates.ipynb (without outputs). Run from the repo root:
-    python chapters/_make_04.py
-Edit the cells here, not in the notebook, so the shipped file stays output-free and reviewable."""
-from _nb import Notebook
+# %% [markdown]
+# # Chapter 4: Hard-concrete gates: switching heads off with an L0 penalty
+#
+# Voita et al. (2019, sec. 6) prune attention heads by multiplying the output of every head by a scalar gate
+# $g_h \in [0, 1]$ *before* the heads are concatenated and projected by $W^O$:
+#
+# $$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}_h\big(g_h \cdot \mathrm{head}_h\big)\, W^O .$$
+#
+# They want most gates to be **exactly zero**, so that the head can be deleted, and they want to learn which ones
+# by gradient descent. Both wishes pull in different directions: the number of non-zero gates
+# $\|g\|_0 = \sum_h \mathbb{1}[g_h \neq 0]$ is a step function with zero gradient almost everywhere.
+# The trick, from Louizos, Welling & Kingma (2018, *Learning Sparse Neural Networks through $L_0$
+# Regularization*), is to make every gate a random variable whose distribution has real probability mass at 0 and
+# at 1 and a smooth density in between, the **hard concrete** distribution. Then the *expected* $L_0$ norm is a
+# smooth function of the gate parameters, and samples of the gate can be back-propagated through.
+#
+# This chapter builds the gate from `minihead/gates.py`, draws its distribution, derives the penalty, checks every
+# hand-written gradient live, and ends with a toy model in which the gates of useless heads close.
 
-nb = Notebook("ch04")
-md, code = nb.md, nb.code
-
-md(r"""
-# Chapter 4: Hard-concrete gates: switching heads off with an L0 penalty
-
-Voita et al. (2019, sec. 6) prune attention heads by multiplying the output of every head by a scalar gate
-$g_h \in [0, 1]$ *before* the heads are concatenated and projected by $W^O$:
-
-$$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}_h\big(g_h \cdot \mathrm{head}_h\big)\, W^O .$$
-
-They want most gates to be **exactly zero**, so that the head can be deleted, and they want to learn which ones
-by gradient descent. Both wishes pull in different directions: the number of non-zero gates
-$\|g\|_0 = \sum_h \mathbb{1}[g_h \neq 0]$ is a step function with zero gradient almost everywhere.
-The trick, from Louizos, Welling & Kingma (2018, *Learning Sparse Neural Networks through $L_0$
-Regularization*), is to make every gate a random variable whose distribution has real probability mass at 0 and
-at 1 and a smooth density in between, the **hard concrete** distribution. Then the *expected* $L_0$ norm is a
-smooth function of the gate parameters, and samples of the gate can be back-propagated through.
-
-This chapter builds the gate from `minihead/gates.py`, draws its distribution, derives the penalty, checks every
-hand-written gradient live, and ends with a toy model in which the gates of useless heads close.
-""")
-
-code(r"""
+# %%
 import os, sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
-""")
 
-code(r"""
+# %%
 import math
 import matplotlib.pyplot as plt
 
@@ -46,61 +36,57 @@ N_MC = 20_000 if QUICK else 200_000  # Monte Carlo samples per log_alpha
 host = backend.to_host              # arrays go to the host only for plotting
 hc = HardConcrete()                 # beta = 0.33, gamma = -0.1, zeta = 1.1 (the official code)
 hc
-""")
 
-md(r"""
-## 1. The gate
+# %% [markdown]
+# ## 1. The gate
+#
+# Each gate has one parameter, $\log\alpha$. A training-time gate is drawn with noise $u \sim U(0, 1)$
+# (Louizos et al., eq. 9):
+#
+# $$
+# s = \sigma\!\left(\frac{\log u - \log(1-u) + \log\alpha}{\beta}\right), \qquad
+# \bar s = s\,(\zeta - \gamma) + \gamma, \qquad
+# g = \min\big(1, \max(0, \bar s)\big).
+# $$
+#
+# * $s$ is a **binary concrete** (Gumbel-softmax with two classes) variable: $\log u - \log(1-u)$ is logistic noise,
+#   $\log\alpha$ shifts it, the temperature $\beta$ sharpens it towards 0 or 1.
+# * The **stretch** to $(\gamma, \zeta) = (-0.1, 1.1)$ pushes a slice of the distribution below 0 and above 1.
+# * The **clip** folds those slices onto exactly 0 and exactly 1: point masses.
+#
+# The official code uses $\beta = 0.33$; Louizos et al. used $\beta = 2/3$. The noise is drawn by the caller
+# (`draw_u`, from a seeded host generator), so every sample is reproducible.
+#
+# At test time the noise is dropped (Louizos eq. 13): $g = \mathrm{clip}\big(\sigma(\log\alpha)(\zeta-\gamma)+\gamma,\,0,\,1\big)$.
+# A head is pruned when that is exactly 0.
 
-Each gate has one parameter, $\log\alpha$. A training-time gate is drawn with noise $u \sim U(0, 1)$
-(Louizos et al., eq. 9):
-
-$$
-s = \sigma\!\left(\frac{\log u - \log(1-u) + \log\alpha}{\beta}\right), \qquad
-\bar s = s\,(\zeta - \gamma) + \gamma, \qquad
-g = \min\big(1, \max(0, \bar s)\big).
-$$
-
-* $s$ is a **binary concrete** (Gumbel-softmax with two classes) variable: $\log u - \log(1-u)$ is logistic noise,
-  $\log\alpha$ shifts it, the temperature $\beta$ sharpens it towards 0 or 1.
-* The **stretch** to $(\gamma, \zeta) = (-0.1, 1.1)$ pushes a slice of the distribution below 0 and above 1.
-* The **clip** folds those slices onto exactly 0 and exactly 1: point masses.
-
-The official code uses $\beta = 0.33$; Louizos et al. used $\beta = 2/3$. The noise is drawn by the caller
-(`draw_u`, from a seeded host generator), so every sample is reproducible.
-
-At test time the noise is dropped (Louizos eq. 13): $g = \mathrm{clip}\big(\sigma(\log\alpha)(\zeta-\gamma)+\gamma,\,0,\,1\big)$.
-A head is pruned when that is exactly 0.
-""")
-
-code(r"""
+# %%
 gen = backend.rng(0)
 log_alpha = xp.asarray([-3.0, -1.0, 0.0, 1.0, 3.0], dtype=F64)   # (5,)
 u = hc.draw_u(gen, (4, 5), dtype=F64)                               # (4, 5): 4 draws for each of 5 gates
 g, _ = hc.sample_forward(log_alpha, u)                              # (4, 5)
 print("samples (rows = draws):\n", host(g).round(3))
 print("test-time gates:", host(hc.test_gate(log_alpha)).round(3))
-""")
 
-md(r"""
-Many samples are exactly 0 or exactly 1; the rest lie in between. Note the test-time gate at $\log\alpha = 0$:
-$\mathrm{clip}(0.5 \cdot 1.2 - 0.1) = 0.5$.
+# %% [markdown]
+# Many samples are exactly 0 or exactly 1; the rest lie in between. Note the test-time gate at $\log\alpha = 0$:
+# $\mathrm{clip}(0.5 \cdot 1.2 - 0.1) = 0.5$.
+#
+# ## 2. What the distribution looks like
+#
+# Below, histograms of samples for several $\log\alpha$. The continuous part has the density of a stretched binary
+# concrete (Maddison et al. 2017, eq. 21, with $\alpha = e^{\log\alpha}$ and $x = \bar s$):
+#
+# $$
+# q(x) = \frac{1}{\zeta-\gamma}\;
+# \frac{\beta\,\alpha\, s^{-\beta-1}(1-s)^{-\beta-1}}{\big(\alpha s^{-\beta} + (1-s)^{-\beta}\big)^2},
+# \qquad s = \frac{x-\gamma}{\zeta-\gamma},\quad 0 < x < 1,
+# $$
+#
+# drawn as a line (`HardConcrete.density`); the point masses at 0 and 1 are drawn as bars whose *height is the
+# probability* (read them on the right-hand axis).
 
-## 2. What the distribution looks like
-
-Below, histograms of samples for several $\log\alpha$. The continuous part has the density of a stretched binary
-concrete (Maddison et al. 2017, eq. 21, with $\alpha = e^{\log\alpha}$ and $x = \bar s$):
-
-$$
-q(x) = \frac{1}{\zeta-\gamma}\;
-\frac{\beta\,\alpha\, s^{-\beta-1}(1-s)^{-\beta-1}}{\big(\alpha s^{-\beta} + (1-s)^{-\beta}\big)^2},
-\qquad s = \frac{x-\gamma}{\zeta-\gamma},\quad 0 < x < 1,
-$$
-
-drawn as a line (`HardConcrete.density`); the point masses at 0 and 1 are drawn as bars whose *height is the
-probability* (read them on the right-hand axis).
-""")
-
-code(r"""
+# %%
 las = [-2.0, 0.0, 2.0]
 x = xp.linspace(1e-4, 1 - 1e-4, 500, dtype=F64)                     # (500,)
 fig, axes = plt.subplots(1, len(las), figsize=(13, 3.2), sharey=True)
@@ -120,45 +106,41 @@ axes[0].set_ylabel("density")
 axes[0].legend(loc="upper center", fontsize=8)
 plt.tight_layout()
 plt.show()
-""")
 
-md(r"""
-The histogram follows the density line, which is the first check that the sampler and the formula agree
-(the tests do this quantitatively). With $\beta = 0.33$ the density is U-shaped: the gate spends most of its time
-near 0 or 1, and the point masses hold a large share. A larger temperature (Louizos' $2/3$) makes the middle
-fatter:
-""")
+# %% [markdown]
+# The histogram follows the density line, which is the first check that the sampler and the formula agree
+# (the tests do this quantitatively). With $\beta = 0.33$ the density is U-shaped: the gate spends most of its time
+# near 0 or 1, and the point masses hold a large share. A larger temperature (Louizos' $2/3$) makes the middle
+# fatter:
 
-code(r"""
+# %%
 hc_louizos = HardConcrete(beta=2 / 3)
 for name, h in [("beta=0.33", hc), ("beta=2/3 ", hc_louizos)]:
     p0, p1 = h.mass_at_0_and_1(xp.asarray(0.0))
     print(f"{name}  log_alpha=0:  P(g=0)={float(p0):.3f}  P(0<g<1)={1 - float(p0) - float(p1):.3f}  P(g=1)={float(p1):.3f}")
-""")
 
-md(r"""
-### Mass at 0 and 1 as $\log\alpha$ moves
+# %% [markdown]
+# ### Mass at 0 and 1 as $\log\alpha$ moves
+#
+# Write $Q(x) = P(s \le x)$ for the CDF of the binary concrete. It has a closed form:
+# $s \le x \iff \log u - \log(1-u) \le \beta\,\mathrm{logit}(x) - \log\alpha$, and the logistic noise has CDF $\sigma$, so
+#
+# $$Q(x) = \sigma\big(\beta\,\mathrm{logit}(x) - \log\alpha\big).$$
+#
+# The gate is 0 when $\bar s \le 0$, i.e. $s \le \frac{-\gamma}{\zeta-\gamma}$, and
+# $\mathrm{logit}\!\left(\frac{-\gamma}{\zeta-\gamma}\right) = \log\frac{-\gamma}{\zeta}$; it is 1 when
+# $s \ge \frac{1-\gamma}{\zeta-\gamma}$, with $\mathrm{logit} = \log\frac{1-\gamma}{\zeta-1}$. Hence
+#
+# $$
+# P(g=0) = \sigma\!\left(\beta\log\frac{-\gamma}{\zeta} - \log\alpha\right), \qquad
+# P(g=1) = \sigma\!\left(\log\alpha - \beta\log\frac{1-\gamma}{\zeta-1}\right).
+# $$
+#
+# Only samples in the open interval $(0, 1)$ carry a gradient back to $\log\alpha$ (the clip has zero derivative
+# where it clips). The green curve is therefore the fraction of training steps in which the data loss can move
+# the gate at all.
 
-Write $Q(x) = P(s \le x)$ for the CDF of the binary concrete. It has a closed form:
-$s \le x \iff \log u - \log(1-u) \le \beta\,\mathrm{logit}(x) - \log\alpha$, and the logistic noise has CDF $\sigma$, so
-
-$$Q(x) = \sigma\big(\beta\,\mathrm{logit}(x) - \log\alpha\big).$$
-
-The gate is 0 when $\bar s \le 0$, i.e. $s \le \frac{-\gamma}{\zeta-\gamma}$, and
-$\mathrm{logit}\!\left(\frac{-\gamma}{\zeta-\gamma}\right) = \log\frac{-\gamma}{\zeta}$; it is 1 when
-$s \ge \frac{1-\gamma}{\zeta-\gamma}$, with $\mathrm{logit} = \log\frac{1-\gamma}{\zeta-1}$. Hence
-
-$$
-P(g=0) = \sigma\!\left(\beta\log\frac{-\gamma}{\zeta} - \log\alpha\right), \qquad
-P(g=1) = \sigma\!\left(\log\alpha - \beta\log\frac{1-\gamma}{\zeta-1}\right).
-$$
-
-Only samples in the open interval $(0, 1)$ carry a gradient back to $\log\alpha$ (the clip has zero derivative
-where it clips). The green curve is therefore the fraction of training steps in which the data loss can move
-the gate at all.
-""")
-
-code(r"""
+# %%
 grid = xp.linspace(-8, 8, 321, dtype=F64)                          # (321,)
 p0, p1 = hc.mass_at_0_and_1(grid)                                  # (321,), (321,)
 plt.figure(figsize=(7, 3.5))
@@ -174,38 +156,36 @@ plt.tight_layout(); plt.show()
 la_open = xp.asarray(LOG_ALPHA_OPEN)
 print("at the init log_alpha = 3:  P(g=1) = %.3f, test gate = %.1f" % (float(hc.mass_at_0_and_1(la_open)[1]),
                                                                      float(hc.test_gate(la_open))))
-""")
 
-md(r"""
-The grey lines are the test-time thresholds: the head is pruned for $\log\alpha \le \log(-\gamma/\zeta) = -2.40$
-and fully on for $\log\alpha \ge \log\frac{1-\gamma}{\zeta-1} = +2.40$. We start pruning from
-$\log\alpha = 3$ (`LOG_ALPHA_OPEN`), where every head is fully on at test time and 90% of the training samples
-are exactly 1. (The official code initialises $\log\alpha$ with TensorFlow's default Glorot-uniform, i.e. close
-to 0, where the test-time gate is 0.5.)
+# %% [markdown]
+# The grey lines are the test-time thresholds: the head is pruned for $\log\alpha \le \log(-\gamma/\zeta) = -2.40$
+# and fully on for $\log\alpha \ge \log\frac{1-\gamma}{\zeta-1} = +2.40$. We start pruning from
+# $\log\alpha = 3$ (`LOG_ALPHA_OPEN`), where every head is fully on at test time and 90% of the training samples
+# are exactly 1. (The official code initialises $\log\alpha$ with TensorFlow's default Glorot-uniform, i.e. close
+# to 0, where the test-time gate is 0.5.)
+#
+# ## 3. The expected-$L_0$ penalty
+#
+# The quantity we would like to penalise is the number of open heads, $\sum_h \mathbb{1}[g_h \ne 0]$. Its expectation
+# under the gate distribution is
+#
+# $$
+# \mathbb{E}\Big[\sum_h \mathbb{1}[g_h \ne 0]\Big] = \sum_h \big(1 - P(g_h = 0)\big)
+# = \sum_h \sigma\!\left(\log\alpha_h - \beta\log\frac{-\gamma}{\zeta}\right),
+# $$
+#
+# using $1 - \sigma(z) = \sigma(-z)$ (Louizos eq. 12). It is smooth in $\log\alpha$, with derivative
+# $p_h(1-p_h)$. Voita et al. (eq. 5-6) train
+#
+# $$ L = L_{\text{xent}} + \lambda\, L_C, \qquad L_C = \sum_{\text{layers } l}\ \sum_{\text{heads } h} P(g_{lh} \neq 0).$$
+#
+# The official code instead averages the per-layer sums over the gated layers, so its $\lambda$ is about
+# $n_{\text{layers}}$ times the paper's. `l0_total(penalties, reduction)` offers both: `"sum"` (paper, default) and
+# `"layer_mean"` (code).
+#
+# Below, the formula against the fraction of samples with $g > 0$; the error bars are 5 binomial standard errors.
 
-## 3. The expected-$L_0$ penalty
-
-The quantity we would like to penalise is the number of open heads, $\sum_h \mathbb{1}[g_h \ne 0]$. Its expectation
-under the gate distribution is
-
-$$
-\mathbb{E}\Big[\sum_h \mathbb{1}[g_h \ne 0]\Big] = \sum_h \big(1 - P(g_h = 0)\big)
-= \sum_h \sigma\!\left(\log\alpha_h - \beta\log\frac{-\gamma}{\zeta}\right),
-$$
-
-using $1 - \sigma(z) = \sigma(-z)$ (Louizos eq. 12). It is smooth in $\log\alpha$, with derivative
-$p_h(1-p_h)$. Voita et al. (eq. 5-6) train
-
-$$ L = L_{\text{xent}} + \lambda\, L_C, \qquad L_C = \sum_{\text{layers } l}\ \sum_{\text{heads } h} P(g_{lh} \neq 0).$$
-
-The official code instead averages the per-layer sums over the gated layers, so its $\lambda$ is about
-$n_{\text{layers}}$ times the paper's. `l0_total(penalties, reduction)` offers both: `"sum"` (paper, default) and
-`"layer_mean"` (code).
-
-Below, the formula against the fraction of samples with $g > 0$; the error bars are 5 binomial standard errors.
-""")
-
-code(r"""
+# %%
 check_las = [-4.0, -2.0, -1.0, 0.0, 1.0, 2.0, 4.0]
 mc_ok = []
 p_formula, p_mc, p_se = [], [], []
@@ -221,37 +201,34 @@ plt.figure(figsize=(5, 3))
 plt.plot(host(grid), host(hc.penalty_forward(grid)[0]), label="sigmoid(log_alpha - beta log(-gamma/zeta))")
 plt.errorbar(check_las, p_mc, yerr=[5 * s for s in p_se], fmt="o", ms=4, label="fraction of samples g > 0")
 plt.xlabel("log_alpha"); plt.ylabel("P(g != 0)"); plt.legend(fontsize=7); plt.tight_layout(); plt.show()
-""")
 
-code(r"""
+# %%
 layers = [init_log_alpha(8, dtype=F64) for _ in range(6)]           # 6 layers x (8,) all open
 ps = [hc.penalty_forward(la)[0] for la in layers]
 for red in ("sum", "layer_mean"):
     total, _ = l0_total(ps, red)
     print(f"{red:>10}:  L_C = {float(total):.2f}   (48 heads, each P(g != 0) = {float(ps[0][0]):.3f})")
-""")
 
-md(r"""
-## 4. Backward passes, checked live
+# %% [markdown]
+# ## 4. Backward passes, checked live
+#
+# All gradients in `minihead/gates.py` are written by hand. By the chain rule, with $z = (\log u - \log(1-u) + \log\alpha)/\beta$:
+#
+# $$
+# \frac{\partial g}{\partial \log\alpha} = \mathbb{1}[0 < \bar s < 1]\;(\zeta-\gamma)\; s(1-s)\;\frac{1}{\beta},
+# \qquad
+# \frac{\partial P(g \ne 0)}{\partial \log\alpha} = p(1-p),
+# \qquad
+# \frac{\partial L_C}{\partial p_{lh}} = \begin{cases} 1 & \text{sum} \\ 1/L & \text{layer\_mean.}\end{cases}
+# $$
+#
+# When $u$ has more axes than $\log\alpha$ (one noise draw per example, say), the gradient is summed over the extra
+# axes. We check each backward against central differences,
+# $\frac{f(x + \epsilon e_i) - f(x - \epsilon e_i)}{2\epsilon}$, in float64, on random upstream gradients.
+# `rel_error(a, b)` is $\max|a-b| / (\max|a| + \max|b|)$. The tests (`tests/test_gates.py`) do the same and also
+# compare with autograd.
 
-All gradients in `minihead/gates.py` are written by hand. By the chain rule, with $z = (\log u - \log(1-u) + \log\alpha)/\beta$:
-
-$$
-\frac{\partial g}{\partial \log\alpha} = \mathbb{1}[0 < \bar s < 1]\;(\zeta-\gamma)\; s(1-s)\;\frac{1}{\beta},
-\qquad
-\frac{\partial P(g \ne 0)}{\partial \log\alpha} = p(1-p),
-\qquad
-\frac{\partial L_C}{\partial p_{lh}} = \begin{cases} 1 & \text{sum} \\ 1/L & \text{layer\_mean.}\end{cases}
-$$
-
-When $u$ has more axes than $\log\alpha$ (one noise draw per example, say), the gradient is summed over the extra
-axes. We check each backward against central differences,
-$\frac{f(x + \epsilon e_i) - f(x - \epsilon e_i)}{2\epsilon}$, in float64, on random upstream gradients.
-`rel_error(a, b)` is $\max|a-b| / (\max|a| + \max|b|)$. The tests (`tests/test_gates.py`) do the same and also
-compare with autograd.
-""")
-
-code(r"""
+# %%
 from minihead.gradcheck import numerical_grad, rel_error   # numerical_grad(f, x): f() reads x, perturbed in place
 
 r = backend.rng(1)
@@ -301,28 +278,27 @@ for red in ("sum", "layer_mean"):
 
 for k, v in checks.items():
     print(f"{k:28s} relative error {v:.1e}")
-""")
 
-md(r"""
-Relative errors of $10^{-8}$ and below are what central differences can resolve in float64: the
-hand-written backward passes agree with the numbers. The clipped samples get a gradient of exactly zero, which is
-the price of the clip: at the initial $\log\alpha = 3$, 90% of the samples are clipped at 1 and tell $\log\alpha$
-nothing. Only the penalty's gradient $p(1-p)$ is always there, and at $\log\alpha = 3$ it is small (0.02).
 
-## 5. Toy experiment: gates close on useless heads
+# %% [markdown]
+# Relative errors of $10^{-8}$ and below are what central differences can resolve in float64: the
+# hand-written backward passes agree with the numbers. The clipped samples get a gradient of exactly zero, which is
+# the price of the clip: at the initial $\log\alpha = 3$, 90% of the samples are clipped at 1 and tell $\log\alpha$
+# nothing. Only the penalty's gradient $p(1-p)$ is always there, and at $\log\alpha = 3$ it is small (0.02).
+#
+# ## 5. Toy experiment: gates close on useless heads
+#
+# Six toy "heads" have fixed outputs $O_h \in \mathbb{R}^{N \times 4}$; a linear read-out $W_h$ turns each into a scalar
+# contribution $c_h = O_h W_h$, and the model predicts $\hat y = \sum_h g_h c_h$. The target reads heads 0 and 1 only;
+# heads 2-5 are noise of scales 0.5, 1, 2 and 3. As in the paper, pruning starts from a converged model: $W$ is the
+# least-squares fit with every gate on, and $\log\alpha = 3$ (all open). We then train $\log\alpha$ (lr 0.1) and
+# fine-tune $W$ (lr 0.01) with the project's Adam (`minihead.optim.Adam`, the Transformer's betas 0.9 / 0.98) on
+#
+# $$L = \frac1N \sum_n (\hat y_n - y_n)^2 + \lambda \sum_h P(g_h \ne 0), \qquad \lambda = 0.05,$$
+#
+# one gate sample $u \in (0,1)^6$ per step shared by the batch, as in the official code.
 
-Six toy "heads" have fixed outputs $O_h \in \mathbb{R}^{N \times 4}$; a linear read-out $W_h$ turns each into a scalar
-contribution $c_h = O_h W_h$, and the model predicts $\hat y = \sum_h g_h c_h$. The target reads heads 0 and 1 only;
-heads 2-5 are noise of scales 0.5, 1, 2 and 3. As in the paper, pruning starts from a converged model: $W$ is the
-least-squares fit with every gate on, and $\log\alpha = 3$ (all open). We then train $\log\alpha$ (lr 0.1) and
-fine-tune $W$ (lr 0.01) with the project's Adam (`minihead.optim.Adam`, the Transformer's betas 0.9 / 0.98) on
-
-$$L = \frac1N \sum_n (\hat y_n - y_n)^2 + \lambda \sum_h P(g_h \ne 0), \qquad \lambda = 0.05,$$
-
-one gate sample $u \in (0,1)^6$ per step shared by the batch, as in the official code.
-""")
-
-code(r"""
+# %%
 def toy_heads(seed, n=256, h=6, d=4):
     r = backend.rng(seed)
     scale = xp.asarray([1.0, 1.0, 0.5, 1.0, 2.0, 3.0], dtype=F64)            # (H,)
@@ -377,39 +353,34 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
 plot_traj(traj, "lambda = 0.05, Adam lr 0.1 (log_alpha), 0.01 (W)", axes[0]); axes[0].legend(fontsize=8)
 axes[1].plot(losses); axes[1].set_title("loss + lambda L_C (one noisy sample per step)", fontsize=9)
 axes[1].set_xlabel("step"); plt.tight_layout(); plt.show()
-""")
 
-md(r"""
-The useless heads' $\log\alpha$ fall steadily through the pruning threshold (lower grey line, $-2.40$) and their
-test-time gates are exactly 0; the needed heads climb above $+2.40$ and stay fully on. The spikes in the loss are
-steps in which a needed head's sampled gate came out 0: costly, and exactly the signal that pushes its
-$\log\alpha$ up. Does it hold for other seeds?
-""")
+# %% [markdown]
+# The useless heads' $\log\alpha$ fall steadily through the pruning threshold (lower grey line, $-2.40$) and their
+# test-time gates are exactly 0; the needed heads climb above $+2.40$ and stay fully on. The spikes in the loss are
+# steps in which a needed head's sampled gate came out 0: costly, and exactly the signal that pushes its
+# $\log\alpha$ up. Does it hold for other seeds?
 
-code(r"""
+# %%
 seeds = range(3) if QUICK else range(10)
 results = {s: host(prune_toy(s)[0]) for s in seeds}
 for s, gs in results.items():
     print(f"seed {s}: test-time gates {gs.round(2)}")
 toy_ok = all((gs[2:] == 0).all() and (gs[:2] == 1).all() for gs in results.values())
 print("useless closed and needed open in every seed:", toy_ok)
-""")
 
-md(r"""
-### Why users report gates that "never close"
+# %% [markdown]
+# ### Why users report gates that "never close"
+#
+# Two things explain it. Adam moves each parameter by about `lr` per step, whatever the size of
+# the gradient, and a gate only counts as pruned after $\log\alpha$ has travelled from the open start ($+3$) to below
+# $-2.40$, a distance of 5.4. At `lr = 0.1` that takes about 50 steps; at `lr = 0.01` about 490; at the $10^{-4}$
+# typical for fine-tuning a Transformer, tens of thousands. Plain SGD is worse: at $\log\alpha = 3$ the penalty's
+# gradient is $\lambda p(1-p) \approx 0.001$, and the data gradient is zero in 90% of the steps (the sample is clipped
+# at 1). Second, without the penalty the data loss gives a useless gate no reason to close: with the read-out
+# frozen at its least-squares fit, every head lowers the training loss a little, so its gradient, when there is one,
+# points *up*. Here the penalty is the only force that closes a gate (but see the caveat below).
 
-Two things explain it. Adam moves each parameter by about `lr` per step, whatever the size of
-the gradient, and a gate only counts as pruned after $\log\alpha$ has travelled from the open start ($+3$) to below
-$-2.40$, a distance of 5.4. At `lr = 0.1` that takes about 50 steps; at `lr = 0.01` about 490; at the $10^{-4}$
-typical for fine-tuning a Transformer, tens of thousands. Plain SGD is worse: at $\log\alpha = 3$ the penalty's
-gradient is $\lambda p(1-p) \approx 0.001$, and the data gradient is zero in 90% of the steps (the sample is clipped
-at 1). Second, without the penalty the data loss gives a useless gate no reason to close: with the read-out
-frozen at its least-squares fit, every head lowers the training loss a little, so its gradient, when there is one,
-points *up*. Here the penalty is the only force that closes a gate (but see the caveat below).
-
-""")
-
-code(r"""
+# %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
 g_slow, la_slow, traj_slow, _ = prune_toy(0, lr=0.01)
 plot_traj(traj_slow, "lambda = 0.05, lr = 0.01: heading down, not yet pruned", axes[0])
@@ -418,16 +389,14 @@ plot_traj(traj_free, "lambda = 0, read-out frozen: useless gates drift up, none 
 plt.tight_layout(); plt.show()
 print("lr = 0.01, 300 steps, test-time gates:", host(g_slow).round(2))
 print("lambda = 0, W frozen, test-time gates:", host(g_free).round(2))
-""")
 
-md(r"""
-How many of the useless gates close, over the seeds, for three read-out learning rates with and without the
-penalty? The last row is a caveat worth knowing: when the read-out $W$ is trained with a large learning rate,
-Adam's noise makes the useless heads' contributions *harmful*, and then the data loss closes some of them on its
-own. The penalty is what closes all of them, reliably, whatever the read-out does.
-""")
+# %% [markdown]
+# How many of the useless gates close, over the seeds, for three read-out learning rates with and without the
+# penalty? The last row is a caveat worth knowing: when the read-out $W$ is trained with a large learning rate,
+# Adam's noise makes the useless heads' contributions *harmful*, and then the data loss closes some of them on its
+# own. The penalty is what closes all of them, reliably, whatever the read-out does.
 
-code(r"""
+# %%
 closed = {}
 for lr_w in (0.0, 0.01, 0.1):
     for lam in (0.0, 0.05):
@@ -437,15 +406,13 @@ print("read-out lr   useless closed (lambda=0)   useless closed (lambda=0.05)   
 for lr_w in (0.0, 0.01, 0.1):
     print(f"{lr_w:>10}   {closed[lr_w, 0.0][0]:>10}/{4 * len(seeds)}   {closed[lr_w, 0.05][0]:>22}/{4 * len(seeds)}"
           f"   {closed[lr_w, 0.05][1]:>20}/{len(seeds)}")
-""")
 
-md(r"""
-## 6. Findings
+# %% [markdown]
+# ## 6. Findings
+#
+# The cells below assert what this chapter showed; if any fails, the text above is wrong.
 
-The cells below assert what this chapter showed; if any fails, the text above is wrong.
-""")
-
-code(r"""
+# %%
 # The expected-L0 formula P(g != 0) = sigmoid(log_alpha - beta log(-gamma/zeta)) matches Monte Carlo.
 assert all(mc_ok), list(zip(check_las, p_formula, p_mc))
 # Hand-written backward passes agree with central differences; clipped samples pass exactly zero gradient.
@@ -461,13 +428,3 @@ assert bool(xp.all(g_slow[2:] > 0)) and bool(xp.all(la_slow[2:] < 0))
 assert bool(xp.all(g_free > 0)) and closed[0.0, 0.0][0] == 0
 assert all(closed[lr_w, 0.05] == (4 * len(seeds), len(seeds)) for lr_w in (0.0, 0.01, 0.1)), closed
 print("all findings hold")
-""")
-
-
-
-def main():
-    nb.write("04_hard_concrete_gates.ipynb")
-
-
-if __name__ == "__main__":
-    main()

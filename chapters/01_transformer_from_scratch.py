@@ -1,25 +1,24 @@
-"""Writes chapters/01_transformer_from_scratch.ipynb (without outputs): python chapters/_make_01.py"""
-from _nb import SETUP, Notebook
+# %% [markdown]
+# # Chapter 1: A Transformer from scratch, with every gradient written by hand
+#
+# Voita et al. (2019) analyse the attention heads of a Transformer translation model (Vaswani et al. 2017). Before
+# we can analyse heads we need a model whose every part we can read. This chapter builds it from the layers in
+# `minihead/layers.py`, checks a gradient live, trains it on the synthetic language pair in `data_small/`,
+# translates with it, and draws the attention map of every encoder head for one sentence.
+#
+# Every layer follows the CS231n convention: `forward(x, params) -> (out, cache)`, and
+# `backward(dout, cache) -> (dx, dparams)`. There is no autograd in the package: the backward passes are
+# written out, and the tests in `tests/test_layers.py` and `tests/test_model_grad.py` are their specification.
+#
+# *Quick mode* (`MINIHEAD_QUICK=1`, what the test suite uses) trains a small 3+3-layer model; the full chapter
+# uses the 6+6-layer, 4-head `default` model (about 15 minutes on 2 CPU cores, trained once and cached in `runs/`).
 
-nb = Notebook("ch01")
+# %%
+import os, sys
+sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
+QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 
-nb.md(r"""
-# Chapter 1: A Transformer from scratch, with every gradient written by hand
-
-Voita et al. (2019) analyse the attention heads of a Transformer translation model (Vaswani et al. 2017). Before
-we can analyse heads we need a model whose every part we can read. This chapter builds it from the layers in
-`minihead/layers.py`, checks a gradient live, trains it on the synthetic language pair in `data_small/`,
-translates with it, and draws the attention map of every encoder head for one sentence.
-
-Every layer follows the CS231n convention: `forward(x, params) -> (out, cache)`, and
-`backward(dout, cache) -> (dx, dparams)`. There is no autograd in the package: the backward passes are
-written out, and the tests in `tests/test_layers.py` and `tests/test_model_grad.py` are their specification.
-
-*Quick mode* (`MINIHEAD_QUICK=1`, what the test suite uses) trains a small 3+3-layer model; the full chapter
-uses the 6+6-layer, 4-head `default` model (about 15 minutes on 2 CPU cores, trained once and cached in `runs/`).
-""")
-nb.code(SETUP)
-nb.code(r"""
+# %%
 import math
 import matplotlib.pyplot as plt
 
@@ -28,20 +27,20 @@ from minihead.backend import xp
 from minihead.gradcheck import numerical_grad, rel_error, directional_grads
 
 gen = backend.rng(0)   # a seeded host generator: same seed, same numbers
-""")
-nb.md(r"""
-## 1. One layer, forward and backward
 
-Layer normalisation (Ba et al. 2016) is a good first example because its backward pass is not obvious:
+# %% [markdown]
+# ## 1. One layer, forward and backward
+#
+# Layer normalisation (Ba et al. 2016) is a good first example because its backward pass is not obvious:
+#
+# $$\hat x = \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}},\qquad y = g \odot \hat x + b,\qquad
+# \frac{\partial L}{\partial x} = \frac{1}{\sqrt{\sigma^2+\epsilon}}\Big(\delta - \overline{\delta} - \hat x\, \overline{\delta \hat x}\Big),
+# \quad \delta = g \odot \frac{\partial L}{\partial y}$$
+#
+# where the bar is the mean over the feature axis. We check it against central differences
+# $\partial L/\partial x_i \approx (L(x + \epsilon e_i) - L(x - \epsilon e_i)) / 2\epsilon$ in float64.
 
-$$\hat x = \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}},\qquad y = g \odot \hat x + b,\qquad
-\frac{\partial L}{\partial x} = \frac{1}{\sqrt{\sigma^2+\epsilon}}\Big(\delta - \overline{\delta} - \hat x\, \overline{\delta \hat x}\Big),
-\quad \delta = g \odot \frac{\partial L}{\partial y}$$
-
-where the bar is the mean over the feature axis. We check it against central differences
-$\partial L/\partial x_i \approx (L(x + \epsilon e_i) - L(x - \epsilon e_i)) / 2\epsilon$ in float64.
-""")
-nb.code(r"""
+# %%
 x = backend.to_device(gen.normal(size=(2, 3, 8)), "float64")     # (B, T, d)
 g = backend.to_device(gen.normal(size=8), "float64")             # (d,)
 b = backend.to_device(gen.normal(size=8), "float64")             # (d,)
@@ -52,16 +51,16 @@ dx, dg, db = layers.layernorm_backward(R, cache)
 L = lambda: float((layers.layernorm_forward(x, g, b)[0] * R).sum())   # L = sum(y * R)
 err_ln = rel_error(dx, numerical_grad(L, x))
 print(f"LayerNorm dL/dx: relative error vs central differences = {err_ln:.2e}")
-""")
-nb.md(r"""
-## 2. Multi-head attention, all heads at once
 
-$\mathrm{head}_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_h} + \text{mask})\, V_h$, and the output is
-$\mathrm{Concat}_h(g_h\, \mathrm{head}_h) W^O$. The optional gate $g_h$ is the hook that chapter 4 and the pruning
-chapters use. All heads are computed in one batched matrix product: the tensors carry a head axis `(B, H, T, d_h)`.
-The cache keeps, for analysis, the attention weights `A` (B, H, Tq, Tk) and each head's output `Z` before $W^O$.
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 2. Multi-head attention, all heads at once
+#
+# $\mathrm{head}_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_h} + \text{mask})\, V_h$, and the output is
+# $\mathrm{Concat}_h(g_h\, \mathrm{head}_h) W^O$. The optional gate $g_h$ is the hook that chapter 4 and the pruning
+# chapters use. All heads are computed in one batched matrix product: the tensors carry a head axis `(B, H, T, d_h)`.
+# The cache keeps, for analysis, the attention weights `A` (B, H, Tq, Tk) and each head's output `Z` before $W^O$.
+
+# %%
 d, H = 8, 2
 p = {n: backend.to_device(gen.normal(size=(d, d)) * 0.5, "float64") for n in ("Wq", "Wk", "Wv", "Wo")}
 p.update({n: xp.zeros(d, dtype="float64") for n in ("bq", "bk", "bv", "bo")})
@@ -71,16 +70,16 @@ xs = backend.to_device(gen.normal(size=(1, 4, d)), "float64")    # (B, T, d)
 out, c = layers.mha_forward(xs, xs, p, bias, H)
 print("attention weights A:", c["A"].shape, " head outputs Z:", c["Z"].shape)
 print("weight on the padded key:", float(c["A"][..., -1].max()))
-""")
-nb.md(r"""
-## 3. The whole encoder-decoder, and a gradient check of all of it
 
-Pre-norm layers (`x + Sublayer(LayerNorm(x))`) with a final LayerNorm per stack, as in the official
-tensor2tensor code that Voita et al. used; embeddings shared between source, target and the output projection.
-We check the loss gradient of every parameter at once along a random direction $v$:
-$\langle \nabla L, v\rangle \approx (L(\theta + \epsilon v) - L(\theta - \epsilon v)) / 2\epsilon$.
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 3. The whole encoder-decoder, and a gradient check of all of it
+#
+# Pre-norm layers (`x + Sublayer(LayerNorm(x))`) with a final LayerNorm per stack, as in the official
+# tensor2tensor code that Voita et al. used; embeddings shared between source, target and the output projection.
+# We check the loss gradient of every parameter at once along a random direction $v$:
+# $\langle \nabla L, v\rangle \approx (L(\theta + \epsilon v) - L(\theta - \epsilon v)) / 2\epsilon$.
+
+# %%
 from types import SimpleNamespace
 tiny = model.Config(vocab_size=20, n_enc_layers=2, n_dec_layers=2, n_heads=2, d_model=8, d_ff=16,
                     dropout=0.0, dtype="float64")
@@ -96,16 +95,16 @@ for num, ana in pairs:
     print(f"numerical {num:+.10f}   hand-written {ana:+.10f}")
 err_model = max(abs(n - a) / max(abs(a), 1e-8) for n, a in pairs)
 print(f"{sum(v.size for v in theta.values())} parameters; worst directional relative error {err_model:.1e}")
-""")
-nb.md(r"""
-## 4. Training on the synthetic language pair
 
-`data_small/` holds an English-like source language with gold dependency trees and a verb-final target language
-derived from the trees (adjective agreement, subject-verb agreement across clauses, case chosen by the verb; see
-`data_small/README.md`). `load_study` trains the preset once (Adam with the inverse-square-root warm-up,
-label smoothing 0.1, dropout 0.1, early stopping on dev BLEU) and afterwards reads the cached checkpoint.
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 4. Training on the synthetic language pair
+#
+# `data_small/` holds an English-like source language with gold dependency trees and a verb-final target language
+# derived from the trees (adjective agreement, subject-verb agreement across clauses, case chosen by the verb; see
+# `data_small/README.md`). `load_study` trains the preset once (Adam with the inverse-square-root warm-up,
+# label smoothing 0.1, dropout 0.1, early stopping on dev BLEU) and afterwards reads the cached checkpoint.
+
+# %%
 from minihead.study import load_study
 study = load_study("quick" if QUICK else "default")
 cfg = study.cfg
@@ -113,8 +112,8 @@ print(f"{study.name}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_head
       f"vocabulary {len(study.vocab)}, {len(study.corpus.train_src)} training pairs")
 for h in study.history:
     print(f"  step {h['step']:5d}  train loss {h['loss']:.3f}  dev BLEU {h['dev_bleu']:.2f}")
-""")
-nb.code(r"""
+
+# %%
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3))
 if study.curve:
     a1.plot([s for s, _ in study.curve], [l for _, l in study.curve])
@@ -123,13 +122,13 @@ a1.set(xlabel="step", ylabel="training loss (label-smoothed)", title="training c
 a2.plot([h["step"] for h in study.history], [h["dev_bleu"] for h in study.history], "o-")
 a2.set(xlabel="step", ylabel="dev BLEU", title="dev BLEU (greedy)")
 plt.tight_layout(); plt.show()
-""")
-nb.md(r"""
-## 5. Translating
 
-Greedy decoding and beam search (width 4, GNMT length penalty), scored with sacrebleu on detokenized text.
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 5. Translating
+#
+# Greedy decoding and beam search (width 4, GNMT length penalty), scored with sacrebleu on detokenized text.
+
+# %%
 from minihead.evaluate import score
 from minihead.translate import translate
 n_test = 200 if QUICK else 1000
@@ -141,15 +140,15 @@ print(f"test ({n_test} sentences): greedy BLEU {s_greedy['bleu']:.2f}, beam-4 BL
       f"chrF {s_beam['chrf']:.2f}\n  {s_beam['bleu_signature']}")
 for src, ref, hyp in list(zip(test_src, test_tgt, beam))[:4]:
     print(f"\nsrc: {' '.join(src)}\nref: {' '.join(ref)}\nhyp: {' '.join(hyp)}")
-""")
-nb.md(r"""
-## 6. The attention of every encoder head for one sentence
 
-Rows are queries, columns the keys they attend to. Already here some heads look *positional* (a diagonal just
-off the main one: attention to the previous or next token) and others look at particular words; chapter 3
-measures this against the gold trees.
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 6. The attention of every encoder head for one sentence
+#
+# Rows are queries, columns the keys they attend to. Already here some heads look *positional* (a diagonal just
+# off the main one: attention to the previous or next token) and others look at particular words; chapter 3
+# measures this against the gold trees.
+
+# %%
 from minihead.data.vocab import make_batch
 sent = study.splits["dev"][0][3]
 b1 = make_batch([study.vocab.encode(sent)], [[]], [0])
@@ -166,22 +165,18 @@ for l in range(cfg.n_enc_layers):
         ax.set_yticklabels(labels if h == 0 else [], fontsize=6)
         ax.set_title(f"layer {l}, head {h}", fontsize=7)
 plt.tight_layout(); plt.show()
-""")
-nb.md(r"""
-## Checks
 
-What this chapter claims, asserted: the hand-written gradients match numerical ones; training reduced the loss
-and reached a useful BLEU (the later chapters need a model that translates well enough for pruning to show a
-"little loss" and a "large loss" regime); beam search is not worse than greedy by more than noise.
-""")
-nb.code(r"""
+# %% [markdown]
+# ## Checks
+#
+# What this chapter claims, asserted: the hand-written gradients match numerical ones; training reduced the loss
+# and reached a useful BLEU (the later chapters need a model that translates well enough for pruning to show a
+# "little loss" and a "large loss" regime); beam search is not worse than greedy by more than noise.
+
+# %%
 assert err_ln < 1e-6 and err_model < 1e-6, (err_ln, err_model)
 assert study.history[-1]["loss"] < study.history[0]["loss"] or len(study.history) == 1
 min_bleu = 20 if QUICK else 60
 assert s_beam["bleu"] > min_bleu, f"test BLEU {s_beam['bleu']:.1f} <= {min_bleu}"
 assert s_beam["bleu"] >= s_greedy["bleu"] - 1.0, (s_beam["bleu"], s_greedy["bleu"])
 print(f"all checks hold: test BLEU {s_beam['bleu']:.2f} (beam 4)")
-""")
-
-if __name__ == "__main__":
-    nb.write("01_transformer_from_scratch.ipynb")

@@ -1,26 +1,26 @@
-"""Writes chapters/07_real_language.ipynb (without outputs): python chapters/_make_07.py"""
-from _nb import SETUP, Notebook
+# %% [markdown]
+# # Chapter 7: Real language: Multi30k EN-DE, judged on UD English EWT trees
+#
+# The earlier chapters use `data_small/`, a synthetic pair whose syntax we know exactly. Here the same code runs on real
+# language: a model trained on **Multi30k** English-German image captions (Elliott et al. 2016), segmented with a BPE
+# model learned on it (`minihead/data/bpe.py`, Sennrich et al. 2016), and analysed on the gold dependency trees of the
+# **UD English Web Treebank** dev set. Subwords are mapped back to words as the paper does: attention *to* a word sums
+# over its pieces, attention *from* a word is its first piece's row.
+#
+# The data is not part of the project (licences): this chapter looks for it in `../shared/realdata/` (or the folder in
+# the environment variable `MINIHEAD_REALDATA`) with the layout `multi30k/{train,val,test_2016_flickr}.{en,de}` and
+# `ud_en_ewt/dev.conllu`. Multi30k: github.com/multi30k/dataset (`data/task1/raw`, unzip); UD EWT:
+# github.com/UniversalDependencies/UD_English-EWT (`en_ewt-ud-dev.conllu`). Without it the chapter says so and skips.
+#
+# Two caveats to read the numbers by. Multi30k captions are short and simple (few objects or adverbs), while EWT is web
+# text with longer sentences and unknown words; and the quick model is small and trained for minutes.
 
-nb = Notebook("ch07")
-nb.md(r"""
-# Chapter 7: Real language: Multi30k EN-DE, judged on UD English EWT trees
+# %%
+import os, sys
+sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
+QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 
-The earlier chapters use `data_small/`, a synthetic pair whose syntax we know exactly. Here the same code runs on real
-language: a model trained on **Multi30k** English-German image captions (Elliott et al. 2016), segmented with a BPE
-model learned on it (`minihead/data/bpe.py`, Sennrich et al. 2016), and analysed on the gold dependency trees of the
-**UD English Web Treebank** dev set. Subwords are mapped back to words as the paper does: attention *to* a word sums
-over its pieces, attention *from* a word is its first piece's row.
-
-The data is not part of the project (licences): this chapter looks for it in `../shared/realdata/` (or the folder in
-the environment variable `MINIHEAD_REALDATA`) with the layout `multi30k/{train,val,test_2016_flickr}.{en,de}` and
-`ud_en_ewt/dev.conllu`. Multi30k: github.com/multi30k/dataset (`data/task1/raw`, unzip); UD EWT:
-github.com/UniversalDependencies/UD_English-EWT (`en_ewt-ud-dev.conllu`). Without it the chapter says so and skips.
-
-Two caveats to read the numbers by. Multi30k captions are short and simple (few objects or adverbs), while EWT is web
-text with longer sentences and unknown words; and the quick model is small and trained for minutes.
-""")
-nb.code(SETUP)
-nb.code(r"""
+# %%
 import pathlib
 REAL = pathlib.Path(os.environ.get("MINIHEAD_REALDATA", pathlib.Path("..").resolve().parent / "shared" / "realdata"))
 M30K, EWT = REAL / "multi30k", REAL / "ud_en_ewt" / "dev.conllu"
@@ -30,15 +30,15 @@ if not HAVE_DATA:
     print(f"Real data not found under {REAL}: this chapter skips its analysis.\n"
           "Get Multi30k task 1 (github.com/multi30k/dataset, data/task1/raw) and UD English EWT "
           "(github.com/UniversalDependencies/UD_English-EWT) and set MINIHEAD_REALDATA to their folder.")
-""")
-nb.md(r"""
-## 1. Train (or load) the model
 
-`load_real_study` tokenizes the raw text (case kept), learns BPE on the training pairs, trains the preset and caches
-everything in `runs/real-*`. Quick mode: the `quick` preset (3+3 layers x 4 heads, d_model 64, 10k pairs, 4,000 merges,
-600 steps); full mode: `default` (6+6 x 4, d_model 128, all 29k pairs, 8,000 merges).
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 1. Train (or load) the model
+#
+# `load_real_study` tokenizes the raw text (case kept), learns BPE on the training pairs, trains the preset and caches
+# everything in `runs/real-*`. Quick mode: the `quick` preset (3+3 layers x 4 heads, d_model 64, 10k pairs, 4,000 merges,
+# 600 steps); full mode: `default` (6+6 x 4, d_model 128, all 29k pairs, 8,000 merges).
+
+# %%
 if HAVE_DATA:
     from minihead.study import load_real_study
     study = load_real_study(str(M30K / "train.en"), str(M30K / "train.de"), str(M30K / "val.en"), str(M30K / "val.de"),
@@ -48,8 +48,8 @@ if HAVE_DATA:
     print(f"{study.name}: vocabulary {len(study.vocab)} BPE pieces, {len(study.corpus.train_src)} training pairs")
     for h in study.history:
         print(f"  step {h['step']:5d}  train loss {h['loss']:.3f}  dev BLEU {h['dev_bleu']:.2f}")
-""")
-nb.code(r"""
+
+# %%
 if HAVE_DATA:
     from minihead.evaluate import score, text
     from minihead.translate import translate
@@ -60,15 +60,15 @@ if HAVE_DATA:
     print(f"test_2016_flickr ({n_test} sentences): BLEU {s_test['bleu']:.2f}, chrF {s_test['chrf']:.2f}\n  {s_test['bleu_signature']}")
     for x, r, h in list(zip(src, ref, hyp))[:3]:
         print(f"\nsrc: {text(x)}\nref: {text(r)}\nhyp: {text(h)}")
-""")
-nb.md(r"""
-## 2. Head roles on EWT trees
 
-The same `minihead.analysis.head_roles` as chapter 3, with the BPE model: positional shares with confidence, the
-Table-1-shaped table beside the paper's numbers, and the rare-word table (rarity by the model's training frequencies
-of source *words*).
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 2. Head roles on EWT trees
+#
+# The same `minihead.analysis.head_roles` as chapter 3, with the BPE model: positional shares with confidence, the
+# Table-1-shaped table beside the paper's numbers, and the rare-word table (rarity by the model's training frequencies
+# of source *words*).
+
+# %%
 if HAVE_DATA:
     from minihead.analysis import format_positional, format_rare, format_table, head_roles, plot_scores
     from minihead.data.conllu_io import read_conllu
@@ -76,19 +76,19 @@ if HAVE_DATA:
     rep = head_roles(study.params, cfg, study.vocab, trees, study.src_word_freq, bpe=study.bpe)
     print(f"{len(trees)} EWT dev sentences, {rep.n_words} words ({rep.n_unknown} unknown to the model)\n")
     print(format_positional(rep)); print(); print(format_table(rep)); print(); print(format_rare(rep))
-""")
-nb.code(r"""
+
+# %%
 if HAVE_DATA:
     import matplotlib.pyplot as plt
     plot_scores(rep); plt.show()
-""")
-nb.md(r"""
-## 3. Importance of the encoder heads on Multi30k
 
-Head relevance (LRP) and confidence of the encoder self-attention heads on the first validation pairs, with the roles
-above: are the important heads the specialised ones here too?
-""")
-nb.code(r"""
+# %% [markdown]
+# ## 3. Importance of the encoder heads on Multi30k
+#
+# Head relevance (LRP) and confidence of the encoder self-attention heads on the first validation pairs, with the roles
+# above: are the important heads the specialised ones here too?
+
+# %%
 if HAVE_DATA:
     from minihead import importance
     from minihead.data.vocab import batches
@@ -101,28 +101,28 @@ if HAVE_DATA:
     print("top-quarter relevance share per encoder layer:", [round(float(t), 2) for t in tq], "(uniform 0.25)")
     print(f"Spearman relevance ~ confidence: {importance.rank_agreement(rel, conf):.2f}")
     importance.plot_importance(rel, conf, title="encoder heads, Multi30k val"); plt.show()
-""")
-nb.md(r"""
-## Checks
 
-What the run shows, asserted. At **quick** scale on real language the model is small and under-trained (dev BLEU
-below 20): its encoder heads are diffuse (confidence around 0.2), **no positional head and no syntactic head beating
-the offset baseline appears** on EWT — the paper's positional and syntactic findings do *not* reproduce at this scale,
-and the checks below assert that this is still what we measure (so this text cannot silently go stale). What does
-appear already is a head that points to the rarest word well above chance.
+# %% [markdown]
+# ## Checks
+#
+# What the run shows, asserted. At **quick** scale on real language the model is small and under-trained (dev BLEU
+# below 20): its encoder heads are diffuse (confidence around 0.2), **no positional head and no syntactic head beating
+# the offset baseline appears** on EWT — the paper's positional and syntactic findings do *not* reproduce at this scale,
+# and the checks below assert that this is still what we measure (so this text cannot silently go stale). What does
+# appear already is a head that points to the rarest word well above chance.
+#
+# At **full** scale (the `default` preset on all 29k pairs, 8,000 merges, 2,400 steps: dev BLEU 33.3, test_2016_flickr
+# BLEU 33.15 with beam 4; ~28 min of training on 2 cores, measured while writing this text on all 2,001 EWT dev trees)
+# the picture is the same, with one change: **still no positional head** (best share at -1 is 0.23) and **still no
+# syntactic head** (every relation's best head is 19-51 points *below* the fixed-offset baseline: nsubj 17.1 vs 36.5,
+# obj 17.2 vs 35.8, amod 23.7 vs 74.7, advmod 16.1 vs 45.8), but **a rare-word head appears**: layer 2 head 2 points
+# to the rarest word 26.7% of the time, 3.5 times chance (7.6%), though not in the first layer as in the paper.
+# Relevance and confidence agree strongly (Spearman 0.78) and relevance is more concentrated than on the synthetic
+# language (top-quarter share 0.29-0.42). So the paper's positional and syntactic findings **do not reproduce** on
+# real language at either of our scales: a 6-layer model trained on 29k short image captions, judged on longer web
+# text, has not formed such heads. The final cell asserts these measured outcomes at both scales.
 
-At **full** scale (the `default` preset on all 29k pairs, 8,000 merges, 2,400 steps: dev BLEU 33.3, test_2016_flickr
-BLEU 33.15 with beam 4; ~28 min of training on 2 cores, measured while writing this text on all 2,001 EWT dev trees)
-the picture is the same, with one change: **still no positional head** (best share at -1 is 0.23) and **still no
-syntactic head** (every relation's best head is 19-51 points *below* the fixed-offset baseline: nsubj 17.1 vs 36.5,
-obj 17.2 vs 35.8, amod 23.7 vs 74.7, advmod 16.1 vs 45.8), but **a rare-word head appears**: layer 2 head 2 points
-to the rarest word 26.7% of the time, 3.5 times chance (7.6%), though not in the first layer as in the paper.
-Relevance and confidence agree strongly (Spearman 0.78) and relevance is more concentrated than on the synthetic
-language (top-quarter share 0.29-0.42). So the paper's positional and syntactic findings **do not reproduce** on
-real language at either of our scales: a 6-layer model trained on 29k short image captions, judged on longer web
-text, has not formed such heads. The final cell asserts these measured outcomes at both scales.
-""")
-nb.code(r"""
+# %%
 if HAVE_DATA:
     assert study.history[-1]["dev_bleu"] > study.history[0]["dev_bleu"], "training improved dev BLEU"
     rare = rep.rare
@@ -142,7 +142,3 @@ if HAVE_DATA:
     print("checks hold as stated above")
 else:
     print("skipped: no real data")
-""")
-
-if __name__ == "__main__":
-    nb.write("07_real_language.ipynb")

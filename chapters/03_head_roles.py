@@ -1,0 +1,419 @@
+# %% [markdown]
+# # Chapter 3: What the heads do: positional, syntactic and rare-word heads
+#
+# Chapter 2 ranked the encoder's self-attention heads by how much they contribute to the translation (LRP
+# relevance) and found that in each layer a few heads carry most of it. Voita et al. (2019, sec. 5) then ask what
+# those heads *do*, and read off three functions from the attention maps alone:
+#
+# * **positional** heads attend to the previous or the next word;
+# * **syntactic** heads attend, from a word, to the word it is in a dependency relation with (verb to subject,
+#   adjective to noun, ...) more often than any fixed offset would;
+# * a **rare-word** head in the first layer attends, from every word, to the rarest word of the sentence.
+#
+# Their observation: the important heads are these specialised ones. This chapter defines each measure on small
+# hand-made attention maps, then applies them to the trained model of this project on the gold dependency trees of
+# `data_small/dev.conllu`, and lays the roles over the head relevance of chapter 2. The measures live in
+# `minihead/roles.py` (all on word-level maps), the extraction from the model and the report in
+# `minihead/analysis.py`; the same analysis runs from the command line as `python -m minihead roles CHECKPOINT`.
+
+# %%
+import os, sys
+sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
+QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
+
+# %%
+import matplotlib.pyplot as plt
+
+from minihead import analysis, backend, roles
+from minihead.backend import xp
+from minihead.data.conllu_io import Sentence
+
+host = backend.to_host   # arrays go to the host only for printing and plotting
+
+
+# %% [markdown]
+# ## 1. The measures on hand-made maps
+#
+# Every measure reads a list of attention maps, one per sentence, of shape `(L, H, W, W)`: layer, head, query
+# word, key word. The end-of-sentence token EOS is removed from rows and columns before anything is measured, and
+# the rows are **not** renormalised: weight a head put on EOS simply lowers the row total. A head's
+# "most-attended word" for a query is the argmax of its row.
+#
+# Two small sentences with gold trees (UD v2 labels: the paper's `dobj` is `obj` here):
+
+# %%
+def tree(tokens, heads, deprels):
+    # heads are 1-based word ids, 0 = root, as in the CoNLL-U HEAD column
+    return Sentence(tokens.split(), heads, deprels.split(), ["_"] * len(heads))
+
+toy_trees = [
+    tree("the old dog chased a cat .", [3, 3, 4, 0, 6, 4, 4], "det amod nsubj root det obj punct"),
+    tree("dogs often chase cats .",    [3, 3, 0, 3, 3],       "nsubj advmod root obj punct"),
+]
+toy_freq = {"the": 1000, ".": 1000, "a": 900, "dogs": 60, "dog": 50, "cat": 40, "cats": 35,
+            "chase": 20, "chased": 30, "often": 3, "old": 2}    # training counts; rarest: old, often
+for t in toy_trees:
+    print(" ".join(f"{w}<-{t.deprels[i]}-{t.tokens[t.heads[i] - 1] if t.heads[i] else 'ROOT'}"
+                   for i, w in enumerate(t.tokens)))
+
+
+# %% [markdown]
+# Three hand-made heads, built by rule for any sentence. Each row puts a peak on one target word and spreads
+# the rest evenly; 0.05 of every row "went to EOS" and is gone:
+#
+# * head 0 attends to the **previous** word (the first word, which has none, to itself);
+# * head 1 attends from each word to its **syntactic head** (the root to itself);
+# * head 2 attends from every word to the sentence's **rarest** word.
+
+# %%
+def peaked(targets, peak):
+    # (T, T): row i puts `peak` on targets[i], the rest of 0.95 evenly; 0.05 went to the removed EOS
+    T = len(targets)
+    A = xp.full((T, T), (0.95 - peak) / T)                      # (T, T)
+    A[xp.arange(T), xp.asarray(targets)] += peak
+    return A
+
+def hand_maps(t, freq):
+    T = len(t.tokens)
+    prev = [max(i - 1, 0) for i in range(T)]
+    to_head = [h - 1 if h else i for i, h in enumerate(t.heads)]
+    rarest = min(range(T), key=lambda i: (freq.get(t.tokens[i], 0), i))
+    heads = [peaked(prev, 0.85), peaked(to_head, 0.5), peaked([rarest] * T, 0.3)]
+    return xp.stack(heads)[None]                                 # (L=1, H=3, T, T)
+
+toy_maps = [hand_maps(t, toy_freq) for t in toy_trees]
+print(xp.round(toy_maps[0][0, 0], 2))   # the previous-word head on sentence 1
+
+# %% [markdown]
+# ### Confidence
+#
+# The paper's confidence of a head is its largest attention weight averaged over the tokens (EOS left out). It is
+# pooled over all query words of all sentences. Here every row's maximum is `peak + (0.95 - peak) / T`:
+
+# %%
+conf = roles.confidence(toy_maps)                                   # (1, 3)
+n_q = sum(len(t.tokens) for t in toy_trees)
+by_hand = [sum(len(t.tokens) * (p + (0.95 - p) / len(t.tokens)) for t in toy_trees) / n_q
+           for p in (0.85, 0.5, 0.3)]
+print("roles.confidence:", xp.round(conf[0], 4), " by hand:", [round(x, 4) for x in by_hand])
+assert xp.allclose(conf[0], xp.asarray(by_hand))
+
+# %% [markdown]
+# ### Positional heads (sec. 5.1)
+#
+# A head is positional when its most-attended word sits at the same relative position (-1 or +1) in at least 90%
+# of cases. `positional_shares` counts, for every head, the share of query words whose argmax is at offset -1 and
+# at +1. The denominator matters on short sentences: the first word has no left neighbour, so even a perfect
+# previous-word head scores (N - S) / N over all N queries of S sentences. `roles.positional_heads` classifies on the
+# all-queries share (the stricter reading, used for the trained model below); the share over the queries where the
+# offset exists is shown beside it.
+
+# %%
+shares = roles.positional_shares(toy_maps)                          # (1, 3, 2): offsets -1, +1
+shares_possible = roles.positional_shares(toy_maps, possible_only=True)
+print("all queries:     ", xp.round(shares[0, 0], 3), "= (12 - 2) / 12 for the previous-word head")
+print("offset possible: ", xp.round(shares_possible[0, 0], 3))
+print("positional heads at 0.9:", roles.positional_heads(shares), "| on the second share:",
+      roles.positional_heads(shares_possible))
+
+# %% [markdown]
+# On these two sentences of 7 and 5 words the perfect previous-word head reaches only 10/12 = 0.83 on all queries,
+# below the 90% line; on the dev set (about 12 words a sentence) the same head would score about 0.92, so a real head
+# must slip on fewer than one query in 40 to pass. That is the price of the strict denominator.
+#
+# ### Syntactic heads (sec. 5.2, Table 1)
+#
+# For a relation, say `nsubj`, and a direction, the head's **accuracy** is the share of gold arcs where the word
+# the query attends to most is the related word: "verb->subject" asks the verb's row to peak on its subject,
+# "subject->verb" asks the subject's row to peak on its verb. The **baseline** is the best fixed offset: the most
+# frequent relative position of the answer word over all arcs of that relation (its share of the arcs). A head is
+# syntactic for a relation when it beats that baseline by at least 10 points.
+
+# %%
+acc, counts = roles.syntactic_accuracy(toy_maps, toy_trees)
+baseline, offsets = roles.offset_baseline(toy_trees)
+for (rel, d), a in acc.items():
+    print(f"{rel:7s} {roles.DIRECTION_NAMES[rel, d]:16s} arcs {counts[rel, d]}  head 1 acc {float(a[0, 1]):.2f}"
+          f"   baseline offset {offsets[rel, d]:+d} -> {baseline[rel, d]:.2f}")
+print("syntactic heads:", {k: v for k, v in roles.syntactic_heads(acc, baseline).items() if v})
+
+# %% [markdown]
+# Head 1 attends from every word to its governor, so it is perfect in the dependent->head direction and useless in
+# the other (the verb's row peaks on the verb itself). The paper reports the two directions separately for this
+# reason. The baseline of `nsubj` is 0.5: the subject sits at -1 in one sentence and at -2 in the other, and the
+# previous-word head 0 scores exactly that on verb->subject. With a single arc (`amod`, `advmod` here) some offset
+# always fits, the baseline is 100% and no head can beat it: the test needs many arcs. On real text the offset
+# baseline is strong for `amod` (0.75 on UD EWT dev), which is why the paper's amod heads barely beat it.
+#
+# ### Rare-word heads (sec. 5.3)
+#
+# On sentences whose rarest word is outside the N most frequent training words, how often does each head's argmax
+# land on the rarest word, and on one of the two rarest? Chance is 1/T (2/T) per query. The paper's N is 500 of a
+# 32k vocabulary; `roles.default_top_n` keeps the same fraction of the vocabulary (V / 64).
+
+# %%
+rare = roles.rare_token_shares(toy_maps, toy_trees, toy_freq, top_n=3)
+print(f"sentences used {rare.n_sentences}; rarest share per head {xp.round(rare.rarest[0], 2)}; "
+      f"two rarest {xp.round(rare.two_rarest[0], 2)}; chance {rare.chance_rarest:.2f} / {rare.chance_two:.2f}")
+print("roles:", roles.classify_heads(shares_possible, acc, baseline, rare))
+
+# %% [markdown]
+# `classify_heads` joins the three tests (computed here on the "offset possible" shares, so the toy's head 0 passes;
+# the trained model below uses the strict ones). The rare-word role goes to the single head with the highest
+# rarest-word share, if that share is at least 3 times chance.
+#
+# ### BPE pieces back to words
+#
+# The paper's model reads BPE pieces, the trees have words. `roles.aggregate_attention` folds a piece map into a
+# word map: attention **to** a word is the sum over its pieces (columns), attention **from** a word is its first
+# piece's row (or the mean of its pieces' rows). With the assignment matrix $A$ (pieces x words) and the
+# row selector $F$ (words x pieces) the word map is $F\,\mathrm{attn}\,A$, and row totals are kept.
+
+# %%
+from minihead.data.bpe import piece_to_word
+
+pieces = "the old dog cha@@ sed a c@@ at .".split()
+p2w = piece_to_word(pieces)                       # word of every piece
+P = len(pieces)
+piece_map = peaked([max(i - 1, 0) for i in range(P)], 0.85)     # a previous-PIECE head, (P, P)
+word_map = roles.aggregate_attention(piece_map, p2w, n_words=7)  # (W, W)
+print("piece -> word:", p2w)
+print("word rows sum to", xp.round(word_map.sum(-1), 3), "(the first pieces' row totals)")
+print("argmax of each word row:", word_map.argmax(-1).tolist())
+
+# %% [markdown]
+# Read from each word's first piece, the previous-piece head is exactly a previous-word head: the piece before a
+# word's first piece is the last piece of the word before. (Read from a later piece, "sed", it would point inside
+# its own word.) That is one reason the first piece is the default query.
+#
+# ## 2. From a trained model to word maps
+#
+# `analysis.encoder_word_maps` runs the encoder (no dropout) on the sentences in length-sorted batches, takes each
+# sentence's real rows and columns, drops EOS on both sides and, with a BPE model, folds pieces into words. Tokens
+# unknown to the vocabulary become `<unk>` but keep their position. The trained model of this project reads words
+# (the synthetic language needs no BPE).
+
+# %%
+from minihead.study import load_study
+
+study = load_study("quick" if QUICK else "default", progress=False)
+cfg = study.cfg
+trees = study.trees["dev"]
+print(f"{study.name}: encoder {cfg.n_enc_layers} layers x {cfg.n_heads} heads, d_model {cfg.d_model}; "
+      f"best dev BLEU {max(h['dev_bleu'] for h in study.history):.1f}; {len(trees)} dev trees")
+
+# %%
+from minihead.data.vocab import EOS
+from minihead.model import encoder_forward
+
+sent = trees[0].tokens
+(word_map,) = analysis.encoder_word_maps(study.params, cfg, study.vocab, [sent])       # (L, H, W, W)
+ids = xp.asarray([study.vocab.encode(sent) + [EOS]])                                 # (1, W + 1)
+_, cache = encoder_forward(study.params, cfg, ids, ids != 0)
+eos_weight = xp.stack([c["self"]["f"]["A"][0, :, :-1, -1] for c in cache["layers"]])  # (L, H, W)
+print(" ".join(sent))
+print("mean weight on EOS per layer and head:\n", xp.round(eos_weight.mean(-1), 2))
+assert xp.allclose(word_map.sum(-1), 1 - eos_weight, atol=1e-5)   # rows sum to 1 minus the EOS weight
+
+# %% [markdown]
+# Some heads park much of their weight on EOS, a "no-op" position; leaving EOS out of the rows, without
+# renormalising, counts that weight against their confidence, as the paper's definition does.
+#
+# ## 3. The roles of the trained model
+#
+# `analysis.head_roles` runs everything above on all dev trees: confidence, positional shares, syntactic accuracy
+# with baselines and Table 1, rare-word shares (with the source training frequencies of the model's corpus) and the
+# roles.
+
+# %%
+report = analysis.head_roles(study.params, cfg, study.vocab, trees, study.corpus.src_freq)
+print(f"{len(trees)} sentences, {report.n_words} words, {report.n_unknown} unknown to the vocabulary")
+print(analysis.format_positional(report))
+
+# %%
+fig = analysis.plot_scores(report)
+plt.show()
+
+# %% [markdown]
+# ### Positional heads
+#
+# Where does each head's argmax land relative to the query? The three most frequent offsets per head (0 = the word
+# itself), then the verdict at the paper's 90% line.
+
+# %%
+sh = host(report.shares)
+best_pos = max(((l, h) for l in range(cfg.n_enc_layers) for h in range(cfg.n_heads)),
+               key=lambda lh: sh[lh].max())
+uniform = len(trees) / report.n_words      # confidence of a uniform row, pooled: mean of 1/T over queries
+print(f"a uniform head would have confidence {uniform:.3f}")
+
+def top_offsets(l, h, k=3):
+    # the k most frequent relative positions (argmax - query) of head (l, h) and their shares
+    offs = xp.concatenate([m[l, h].argmax(-1) - xp.arange(m.shape[-1]) for m in report.maps])  # (N,)
+    values, counts = xp.unique(offs, return_counts=True)
+    order = xp.argsort(-counts, kind="stable")[:k]
+    return ", ".join(f"{int(values[i]):+d}: {float(counts[i]) / offs.size:.2f}" for i in order)
+
+for l in range(cfg.n_enc_layers):
+    print(f"layer {l}: " + " | ".join(f"head {h} [{top_offsets(l, h)}]" for h in range(cfg.n_heads)))
+print("positional heads (>= 0.90 of all queries):", report.positional or "none")
+print(f"best positional candidate: layer {best_pos[0]} head {best_pos[1]}, share {sh[best_pos].max():.3f} at "
+      f"offset {(-1, 1)[int(sh[best_pos].argmax())]:+d}, confidence {float(report.confidence[best_pos]):.2f}")
+
+# %% [markdown]
+# ### Syntactic heads: Table 1 beside the paper
+#
+# The paper's numbers are EN-RU, on WMT and OpenSubtitles (best head / baseline, %). Ours are on the synthetic
+# language's dev trees, whose baselines differ from English: the source grammar puts subjects right before their verb
+# more often than English text does, for instance.
+
+# %%
+print(analysis.format_table(report))
+print()
+for key, heads in report.syntactic.items():
+    if heads:
+        print(f"{roles.DIRECTION_NAMES[key]:16s}: {heads}")
+
+# %% [markdown]
+# ### Rare-word heads
+
+# %%
+print(analysis.format_rare(report))
+r1 = host(report.rare.rarest)[0]                       # first layer
+rare_head = (0, int(r1.argmax()))
+print(f"\nfirst layer's best: head {rare_head[1]}, rarest {100 * r1.max():.1f}% "
+      f"= {r1.max() / report.rare.chance_rarest:.1f} x chance, confidence "
+      f"{float(report.confidence[rare_head]):.2f}")
+
+# %% [markdown]
+# ### Per-head attention on one sentence
+#
+# Every head's map on a dev sentence with a relative clause and a rare word; titles give the roles found.
+
+# %%
+example = next(i for i, t in enumerate(trees) if "acl:relcl" in t.deprels and 9 <= len(t.tokens) <= 14)
+print(" ".join(trees[example].tokens))
+fig = analysis.plot_sentence(report, example)
+plt.show()
+
+# %% [markdown]
+# ## 4. Roles and importance
+#
+# Chapter 2's LRP relevance of each encoder head (normalised over the heads of each layer) with the roles laid over
+# it: P positional, S syntactic, R rare-word. The paper's observation is that the heads with high relevance are the
+# specialised ones.
+
+# %%
+from minihead.data.vocab import batches
+from minihead.importance import head_relevance
+
+n_rel = 150 if QUICK else 500
+dev_src, dev_tgt = study.splits["dev"]
+rel_batches = list(batches([study.vocab.encode(s) for s in dev_src[:n_rel]],
+                           [study.vocab.encode(t) for t in dev_tgt[:n_rel]], 3000))
+relevance = host(head_relevance(study.params, cfg, rel_batches)["enc"])          # (L, H)
+
+def letters(lh):
+    r = report.roles[lh]
+    return "".join(c for c, name in (("P", "positional"), ("S", "syntactic"), ("R", "rare")) if name in r)
+
+fig, ax = plt.subplots(figsize=(0.9 * cfg.n_heads + 2, 0.6 * cfg.n_enc_layers + 1.2))
+roles.plot_head_scores(relevance, "LRP relevance (rows sum to 1); roles P / S / R", ax=ax)
+for (l, h) in report.roles:
+    ax.text(h, l + 0.32, letters((l, h)), ha="center", va="center", fontsize=9, color="red", weight="bold")
+plt.show()
+
+# %%
+special = [lh for lh, r in report.roles.items() if r]
+other = [lh for lh, r in report.roles.items() if not r]
+mean = lambda hs: sum(relevance[lh] for lh in hs) / max(len(hs), 1)
+top = [(l, int(relevance[l].argmax())) for l in range(cfg.n_enc_layers)]
+print(f"{len(special)} specialised heads, mean relevance {mean(special):.3f}; "
+      f"{len(other)} others, mean {mean(other):.3f} (uniform: {1 / cfg.n_heads:.3f})")
+print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) or "-" for lh in top])
+
+# %% [markdown]
+# ## 5. What reproduced, and at which scale
+#
+# The three functions of the paper are not equally visible in this project's models:
+#
+# * **Positional heads: not found.** No head comes near the 90% line. Many heads put their largest weight on the
+#   query word itself (offset 0); the heads that lean towards the previous word do so for well under half of the
+#   queries (about a fifth in the quick model, up to about 0.37 in the default one). The synthetic source language is
+#   read word by word, without BPE pieces to glue back together, and its sentences are short: the local context the
+#   paper's positional heads supply seems to be carried by the residual stream and the position encodings instead.
+# * **Syntactic heads: found for few relations, and only at the line in the quick model.** In both models the best
+#   syntactic head attends from the verb to its adverb. In the default model it beats the best fixed offset by well
+#   over 10 points (75.8 vs 51.4). In the quick model it sits near the 10-point line, and which side it lands on
+#   depends on the CPU: the quick model trained with one BLAS thread on the machine of earlier sessions had
+#   68.5 vs 51.4 (+17) and an adverb->verb head at +16, the same seed on an AMD EPYC machine with OpenBLAS's
+#   Haswell kernels 59.8 vs 51.4 (+8.4) and +6.1: float sums in a different order train a slightly different
+#   model. So at quick scale this finding is **borderline, not asserted either way**; the cell below asserts what
+#   holds on both machines (the best head is verb->adverb, at least 5 points above the baseline, and only advmod
+#   heads can pass the line). This is the relation the translation rules move around: adverbs go to just
+#   before the verb in the target. The default model adds an object->verb head (layer 3 head 1), its strongest:
+#   82.0 vs 38.6, +43 points, near the paper's 73-84. (The numbers are from the model of the cold full
+#   `python -m minihead reproduce` run, 2 BLAS threads. Default models trained in earlier sessions had the same two
+#   relations, with this head at 79.6 in one and only 49.6 in another.) For `nsubj` and `amod` no head comes close to the
+#   baseline, which is high in this language (the subject is right before its verb in most sentences; the same
+#   baseline on English UD EWT dev is 0.365).
+# * **Rare-word head: not found.** The first layer's best head points to the rarest word more often than chance,
+#   but below 3 times chance, far from the paper's 66%. The rare nouns and names of the synthetic language are
+#   translated (or copied) one for one, so the decoder's cross-attention can find them without an encoder head
+#   that gathers them.
+# * **Importance:** with only two or three specialised heads in either model, the overlay of section 4 cannot show
+#   the paper's pattern clearly. In the quick model the mean relevance of the specialised heads is close to the
+#   others'; in the default model it is somewhat higher (0.28 against 0.25 on 500 dev pairs; three syntactic heads:
+#   2.1 and 5.0 verb->adverb, 3.1 object->verb) and one of them (5.0) is the most relevant head of its layer, a hint
+#   of the paper's observation from three heads, not a finding.
+#   It is printed, not asserted.
+#
+# The cell below prints each claim of the paper beside what this run measured and asserts the measured outcome per
+# scale (`quick`: the 3-layer model of the tests; `default`: the 6-layer model of the chapters). If a retrained
+# model changes any outcome, in either direction, the cell fails and this text needs revisiting.
+
+# %%
+scale = "quick" if QUICK else "default"
+margins = {k: float(host(report.acc[k] - report.baseline[k]).max()) for k in report.acc}
+best_key = max(margins, key=margins.get)
+rare_ratio = float(r1.max() / report.rare.chance_rarest)
+found = {"positional": bool(report.positional),
+         "syntactic": any(bool(v) for v in report.syntactic.values()),
+         "rare": rare_ratio >= 3.0}
+claims = {
+    "positional": ("sec. 5.1: heads with >= 90% of their argmax at -1 or +1",
+                   f"best share {sh[best_pos].max():.2f} (layer {best_pos[0]} head {best_pos[1]})"),
+    "syntactic": ("sec. 5.2: heads >= 10 points above the best fixed offset",
+                  f"best margin {100 * margins[best_key]:+.1f} points ({roles.DIRECTION_NAMES[best_key]})"),
+    "rare": ("sec. 5.3: a first-layer head on the rarest word (66%), >= 3 x chance",
+             f"{100 * r1.max():.1f}% = {rare_ratio:.1f} x chance"),
+}
+for k, (claim, ours) in claims.items():
+    print(f"{k:10s} paper {claim:68s} | ours: {ours} -> {'reproduced' if found[k] else 'NOT reproduced'}")
+
+# What this project measured at each scale (see the text above), and which (relation, direction) have a
+# syntactic head.
+# At quick scale the syntactic finding is borderline (+17 points on one CPU, +8.4 on another; see the text), so
+# it is not part of MEASURED there; the (relation, direction) pairs that may have a syntactic head are.
+MEASURED = {"quick": {"positional": False, "rare": False},
+            "default": {"positional": False, "syntactic": True, "rare": False}}
+SYNTACTIC = {"quick": {("advmod", "head->dep"), ("advmod", "dep->head")},
+             "default": {("advmod", "head->dep"), ("obj", "dep->head")}}
+assert {k: found[k] for k in MEASURED[scale]} == MEASURED[scale], (scale, found, MEASURED[scale])
+with_head = {k for k, v in report.syntactic.items() if v}
+assert (with_head <= SYNTACTIC[scale]) if scale == "quick" else (with_head == SYNTACTIC[scale]), report.syntactic
+# Paper: every positional head is confident (> 0.8) -- checked on whatever positional heads were found.
+assert all(float(report.confidence[lh]) > 0.8 for lh in report.positional), report.positional
+# The best syntactic head: verb->adverb, at least 5 points above the baseline (quick); object->verb, clearly
+# past the 10-point line (default).
+BEST = {"quick": (("advmod", "head->dep"), 0.05), "default": (("obj", "dep->head"), 0.15)}
+assert best_key == BEST[scale][0] and margins[best_key] >= BEST[scale][1], (best_key, margins[best_key])
+print(f"findings as measured at the {scale} scale")
+
+# %% [markdown]
+# The same analysis runs on any checkpoint and treebank from the command line, for example on real English with a
+# model trained on BPE-segmented Multi30k (the word frequencies for the rare-word table come from the word-tokenized
+# training source):
+#
+#     python -m minihead roles runs/quick/best.npz                       # data_small dev trees, figures in runs/quick/roles/
+#     python -m minihead roles MODEL.npz --conllu ../shared/realdata/ud_en_ewt/dev.conllu --bpe codes.txt --train-src train.tok.en
