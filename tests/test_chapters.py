@@ -1,18 +1,83 @@
-"""Every chapter notebook executes top to bottom in quick mode (MINIHEAD_QUICK=1).
+"""The chapters: each notebook agrees with its jupytext source, and executes top to bottom in quick mode.
 
-The chapters end with cells that assert the paper's findings as reproduced, so a chapter that
-executes without error is a chapter whose findings held (or whose text says which did not)."""
+A chapter is written as ``chapters/NN_name.py`` (jupytext percent format: ``# %%`` and ``# %% [markdown]`` cells)
+and shipped beside it as ``chapters/NN_name.ipynb``; ``chapters/jupytext.toml`` pairs the two, and
+``jupytext --sync chapters/NN_name.py`` brings the notebook up to date after an edit. The sync tests fail when
+the two disagree, so neither can be edited alone.
+
+The chapters end with cells that assert the paper's findings as reproduced, so a chapter that executes without
+error (MINIHEAD_QUICK=1) is a chapter whose findings held (or whose text says which did not)."""
 import os
 import pathlib
+import shutil
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+CHAPTER_DIR = ROOT / "chapters"
+CHAPTERS = sorted(CHAPTER_DIR.glob("[0-9][0-9]_*.ipynb"))
+SOURCES = sorted(CHAPTER_DIR.glob("[0-9][0-9]_*.py"))
+
+
+def cell_mismatch(source, notebook):
+    """The first difference between the cells (type and source) of a jupytext percent source and of its
+    notebook, as one line naming both files and the cell; None when every cell agrees."""
+    jupytext = pytest.importorskip("jupytext")
+    nbformat = pytest.importorskip("nbformat")
+    want = [(c.cell_type, c.source) for c in jupytext.read(source, fmt="py:percent").cells]
+    got = [(c.cell_type, c.source) for c in nbformat.read(notebook, as_version=4).cells]
+    for i, (w, g) in enumerate(zip(want, got)):
+        if w != g:
+            first = next((k for k, (a, b) in enumerate(zip(w[1].splitlines(), g[1].splitlines())) if a != b), None)
+            where = f"line {first + 1}" if first is not None else "length"
+            return (f"{notebook.name}: cell {i} ({g[0]}) differs from {source.name} cell {i} ({w[0]}) at {where}; "
+                    f"run `jupytext --sync chapters/{source.name}`")
+    if len(want) != len(got):
+        return (f"{notebook.name} has {len(got)} cells, {source.name} has {len(want)}; "
+                f"run `jupytext --sync chapters/{source.name}`")
+    return None
+
+
+def test_every_chapter_is_a_pair():
+    """Every chapter notebook NN_name.ipynb has its jupytext source NN_name.py and every source its notebook,
+    and the jupytext configuration that pairs them (formats ipynb,py:percent) is in chapters/."""
+    assert CHAPTERS, "no chapter notebooks found"
+    assert [p.stem for p in CHAPTERS] == [p.stem for p in SOURCES]
+    assert 'formats = "ipynb,py:percent"' in (CHAPTER_DIR / "jupytext.toml").read_text()
+    assert not list(CHAPTER_DIR.glob("_make_*.py")), "chapter generators are gone: edit chapters/NN_name.py"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_chapter_executes_in_quick_mode(path, monkeypatch):
+def test_notebook_cells_equal_jupytext_source(path):
+    """The notebook's cells, in order, have the types and sources of the cells of its percent-format source
+    (outputs, execution counts and metadata are not compared): the .ipynb a reader opens is the .py that is
+    reviewed and linted."""
+    mismatch = cell_mismatch(path.with_suffix(".py"), path)
+    assert mismatch is None, mismatch
+
+
+def test_sync_check_catches_a_hand_edited_notebook(tmp_path):
+    """cell_mismatch, on a temporary copy of a committed pair, reports a notebook whose markdown was edited
+    by hand and one that lost its last cell, naming the cell; the committed files are not touched."""
+    nbformat = pytest.importorskip("nbformat")
+    source, notebook = shutil.copy(SOURCES[-1], tmp_path), shutil.copy(CHAPTERS[-1], tmp_path)
+    source, notebook = pathlib.Path(source), pathlib.Path(notebook)
+    assert cell_mismatch(source, notebook) is None
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells[0].source += "\nA sentence added in Jupyter but not to the source."
+    nbformat.write(nb, notebook)
+    assert "cell 0 (markdown)" in cell_mismatch(source, notebook)
+    nb.cells[0].source = nb.cells[0].source.rsplit("\n", 1)[0]
+    n = len(nb.cells)
+    nb.cells = nb.cells[:-1]
+    nbformat.write(nb, notebook)
+    assert f"has {n - 1} cells" in cell_mismatch(source, notebook)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_executes_in_quick_mode(path, monkeypatch, tmp_path):
+    """The chapter runs top to bottom with MINIHEAD_QUICK=1 and every one of its asserting cells passes.
+    It runs on a temporary copy of chapters/ (notebooks only), so the committed notebooks are never written."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("MINIHEAD_QUICK", "1")
@@ -22,7 +87,13 @@ def test_chapter_executes_in_quick_mode(path, monkeypatch):
         monkeypatch.setenv(var, "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    nb = nbformat.read(path, as_version=4)
+    # Chapter 7 looks for real data beside the repository when MINIHEAD_REALDATA is unset; the copy keeps that.
+    monkeypatch.setenv("MINIHEAD_REALDATA", os.environ.get("MINIHEAD_REALDATA", str(ROOT.parent / "shared" / "realdata")))
+    copy = tmp_path / "chapters"
+    copy.mkdir()
+    for nb_path in CHAPTERS:                # chapter 0 lists the notebooks beside it
+        shutil.copy(nb_path, copy)
+    nb = nbformat.read(copy / path.name, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+                                     resources={"metadata": {"path": str(copy)}})
     client.execute()
