@@ -29,7 +29,6 @@ import matplotlib.pyplot as plt
 from minihead import backend
 from minihead.backend import xp
 from minihead.gates import (HardConcrete, LOG_ALPHA_OPEN, init_log_alpha, l0_total, l0_total_backward)
-from minihead.optim import Adam
 
 F64 = backend.FLOAT_CHECK          # all checks in this chapter run in float64
 N_MC = 20_000 if QUICK else 200_000  # Monte Carlo samples per log_alpha
@@ -279,7 +278,6 @@ for red in ("sum", "layer_mean"):
 for k, v in checks.items():
     print(f"{k:28s} relative error {v:.1e}")
 
-
 # %% [markdown]
 # Relative errors of $10^{-8}$ and below are what central differences can resolve in float64: the
 # hand-written backward passes agree with the numbers. The clipped samples get a gradient of exactly zero, which is
@@ -296,46 +294,15 @@ for k, v in checks.items():
 #
 # $$L = \frac1N \sum_n (\hat y_n - y_n)^2 + \lambda \sum_h P(g_h \ne 0), \qquad \lambda = 0.05,$$
 #
-# one gate sample $u \in (0,1)^6$ per step shared by the batch, as in the official code.
+# one gate sample $u \in (0,1)^6$ per step shared by the batch, as in the official code. The loop is
+# `prune_useless_heads` in `minihead/toy.py` (the toy of `tests/test_gates.py` too); the next cell prints it.
 
 # %%
-def toy_heads(seed, n=256, h=6, d=4):
-    r = backend.rng(seed)
-    scale = xp.asarray([1.0, 1.0, 0.5, 1.0, 2.0, 3.0], dtype=F64)            # (H,)
-    O = backend.to_device(r.standard_normal((n, h, d)), dtype=F64) * scale[None, :, None]  # (N, H, d)
-    w_true = backend.to_device(r.standard_normal((2, d)), dtype=F64) / math.sqrt(d)      # (2, d)
-    noise = backend.to_device(r.standard_normal(n), dtype=F64)                            # (N,)
-    y = O[:, 0] @ w_true[0] + O[:, 1] @ w_true[1] + 0.1 * noise                           # (N,) reads heads 0, 1
-    return O, y
+import inspect
 
+from minihead.toy import prune_useless_heads as prune_toy   # one copy, shared with tests/test_gates.py
 
-def prune_toy(seed, lam=0.05, lr=0.1, lr_w=0.01, steps=300, init=LOG_ALPHA_OPEN):
-    # lr for log_alpha, lr_w for the read-out W (0 freezes it)
-    O, y = toy_heads(seed)
-    n, h, d = O.shape
-    params = {"W": xp.linalg.lstsq(O.reshape(n, h * d), y, rcond=None)[0].reshape(h, d),  # (H, d) converged
-              "log_alpha": xp.full((h,), init, dtype=F64)}                               # (H,) all gates open
-    opt_gates, opt_w = Adam(params, names=["log_alpha"]), Adam(params, names=["W"])     # two learning rates
-    gen = backend.rng(seed + 1000)
-    traj, losses = [], []
-    for t in range(steps):
-        la, W = params["log_alpha"], params["W"]
-        g, gcache = hc.sample_forward(la, hc.draw_u(gen, (h,), dtype=F64))      # (H,) training gates
-        contrib = xp.einsum("nhd,hd->nh", O, W)                                  # (N, H) c_h per example
-        err = contrib @ g - y                                                    # (N,)
-        p, pcache = hc.penalty_forward(la)                                       # (H,)
-        l0, tcache = l0_total([p], "sum")
-        losses.append(float(xp.mean(err ** 2) + lam * l0))
-        dpred = 2.0 * err / n                                                    # (N,)
-        dg = contrib.T @ dpred                                                   # (H,)
-        dp = l0_total_backward(lam, tcache)[0]                                   # (H,)
-        grads = {"log_alpha": hc.sample_backward(dg, gcache) + hc.penalty_backward(dp, pcache),  # (H,)
-                 "W": xp.einsum("n,h,nhd->hd", dpred, g, O)}                     # (H, d)
-        opt_gates.step(params, grads, lr)
-        if lr_w:
-            opt_w.step(params, grads, lr_w)
-        traj.append(host(params["log_alpha"]).copy())
-    return hc.test_gate(params["log_alpha"]), params["log_alpha"], traj, losses
+print(inspect.getsource(prune_toy))
 
 
 def plot_traj(traj, title, ax):
