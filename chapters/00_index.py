@@ -31,7 +31,8 @@
 # conservation), `tests/test_gates.py` (the hard-concrete gate).
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 

@@ -14,12 +14,12 @@
 # uses the 6+6-layer, 4-head `default` model (about 15 minutes on 2 CPU cores, trained once and cached in `runs/`).
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 
 # %%
-import math
 import matplotlib.pyplot as plt
 
 from minihead import backend, layers, model
@@ -121,7 +121,8 @@ a1.plot([h["step"] for h in study.history], [h["loss"] for h in study.history], 
 a1.set(xlabel="step", ylabel="training loss (label-smoothed)", title="training curve")
 a2.plot([h["step"] for h in study.history], [h["dev_bleu"] for h in study.history], "o-")
 a2.set(xlabel="step", ylabel="dev BLEU", title="dev BLEU (greedy)")
-plt.tight_layout(); plt.show()
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## 5. Translating
@@ -160,11 +161,13 @@ for l in range(cfg.n_enc_layers):
     for h in range(cfg.n_heads):
         ax = axes[l, h]
         ax.imshow(A[h], cmap="Blues", vmin=0, vmax=1)
-        ax.set_xticks(range(len(labels))); ax.set_yticks(range(len(labels)))
+        ax.set_xticks(range(len(labels)))
+        ax.set_yticks(range(len(labels)))
         ax.set_xticklabels(labels if l == cfg.n_enc_layers - 1 else [], rotation=90, fontsize=6)
         ax.set_yticklabels(labels if h == 0 else [], fontsize=6)
         ax.set_title(f"layer {l}, head {h}", fontsize=7)
-plt.tight_layout(); plt.show()
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## Checks

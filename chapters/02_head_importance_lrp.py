@@ -24,7 +24,8 @@
 # specification, and section 2 repeats their central checks where you can see them.
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 
@@ -251,7 +252,8 @@ ax.set_xticks(range(len(stages)))
 ax.set_xticklabels(stages, rotation=60, fontsize=7)
 ax.set(ylabel="total relevance / start", title="relevance alive after each stage (sentence 0), top of the model on the left")
 ax.legend(fontsize=7)
-plt.tight_layout(); plt.show()
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # The bias-free runs stay at 1 to round-off at every stage, for all three rule choices (their three lines lie on
@@ -278,11 +280,14 @@ print("encoder self-attention, layer 0, head relevances of sentence 0:", host(r.
 xm = f64(gen.normal(size=(4, 6)))                                  # (N, 6)
 W1, W2, W3 = (f64(gen.normal(size=s)) for s in ((6, 7), (7, 5), (5, 3)))
 k_out = 1
-h1 = xm @ W1; a1 = xp.maximum(h1, 0)                               # (N, 7)
-h2 = a1 @ W2; a2 = xp.maximum(h2, 0)                               # (N, 5)
+h1 = xm @ W1
+a1 = xp.maximum(h1, 0)                               # (N, 7)
+h2 = a1 @ W2
+a2 = xp.maximum(h2, 0)                               # (N, 5)
 ym = a2 @ W3                                                       # (N, 3)
 # LRP-0 from the top: R = y_k on output k, identity through each ReLU
-R3 = xp.zeros(ym.shape, dtype="float64"); R3[:, k_out] = ym[:, k_out]
+R3 = xp.zeros(ym.shape, dtype="float64")
+R3[:, k_out] = ym[:, k_out]
 Ra2 = lrp.linear_epsilon(a2, W3, None, ym, R3, eps=0.0)            # (N, 5)
 Ra1 = lrp.linear_epsilon(a1, W2, None, h2, lrp.elementwise_identity(Ra2), eps=0.0)   # (N, 7)
 Rxm = lrp.linear_epsilon(xm, W1, None, h1, lrp.elementwise_identity(Ra1), eps=0.0)   # (N, 6)
@@ -359,9 +364,12 @@ for ax, (name, M, cmap) in zip(axes[2:], [("Michel et al. |dL/d gate|", mich["en
         ax.text(j, l, f"{Ms[l, j]:.2f}\nh{order[l, j]}", ha="center", va="center", fontsize=7)
     ax.set(title=name, xlabel="heads, by relevance", yticks=range(Ms.shape[0]))
     fig.colorbar(im, ax=ax)
-fig.suptitle("encoder self-attention heads"); plt.tight_layout(); plt.show()
+fig.suptitle("encoder self-attention heads")
+plt.tight_layout()
+plt.show()
 ax = importance.plot_relevance_bars(rel["enc"], title="encoder head relevance per layer (dashed: uniform, 1/H)")
-ax.axhline(1 / cfg.n_heads, c="gray", ls="--"); plt.show()
+ax.axhline(1 / cfg.n_heads, c="gray", ls="--")
+plt.show()
 
 
 # %% [markdown]
@@ -443,9 +451,12 @@ for name, opts in (("epsilon", {"linear": "epsilon"}), ("alpha-beta", {"linear":
     names = list(rr.totals)
     ax.plot(range(len(names)), [float((rr.totals[s] / rr.n_start).mean()) for s in names], "o-", ms=3, label=name)
 ax.axhline(1.0, c="gray", ls="--")
-ax.set_xticks(range(len(names))); ax.set_xticklabels(names, rotation=60, fontsize=7)
+ax.set_xticks(range(len(names)))
+ax.set_xticklabels(names, rotation=60, fontsize=7)
 ax.set(ylabel="total / start (mean of 8 sentences)", title="trained model (biases on): relevance alive after each stage")
-ax.legend(); plt.tight_layout(); plt.show()
+ax.legend()
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # In quick mode (24 sentences) the two normalisations differ by less than 0.01 in every share and rank the encoder

@@ -17,7 +17,8 @@
 # `minihead/analysis.py`; the same analysis runs from the command line as `python -m minihead roles CHECKPOINT`.
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 

@@ -18,7 +18,8 @@
 # hand-written gradient live, and ends with a toy model in which the gates of useless heads close.
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 
@@ -150,8 +151,11 @@ plt.plot(host(grid), host(hc.test_gate(grid)), "k--", label="test-time gate")
 for t in (math.log(-hc.gamma / hc.zeta), math.log((1 - hc.gamma) / (hc.zeta - 1))):
     plt.axvline(t, color="grey", lw=0.6)
 plt.axvline(LOG_ALPHA_OPEN, color="C3", lw=0.8, ls=":", label=f"init log_alpha = {LOG_ALPHA_OPEN}")
-plt.xlabel("log_alpha"); plt.legend(fontsize=8); plt.title("hard concrete, beta = 0.33")
-plt.tight_layout(); plt.show()
+plt.xlabel("log_alpha")
+plt.legend(fontsize=8)
+plt.title("hard concrete, beta = 0.33")
+plt.tight_layout()
+plt.show()
 la_open = xp.asarray(LOG_ALPHA_OPEN)
 print("at the init log_alpha = 3:  P(g=1) = %.3f, test gate = %.1f" % (float(hc.mass_at_0_and_1(la_open)[1]),
                                                                      float(hc.test_gate(la_open))))
@@ -193,13 +197,19 @@ for la in check_las:
     p, _ = hc.penalty_forward(xp.asarray(la, dtype=F64))
     frac = float(xp.mean(g > 0))
     se = math.sqrt(float(p) * (1 - float(p)) / N_MC)
-    p_formula.append(float(p)); p_mc.append(frac); p_se.append(se)
+    p_formula.append(float(p))
+    p_mc.append(frac)
+    p_se.append(se)
     mc_ok.append(abs(frac - float(p)) < 5 * se + 1e-6)
     print(f"log_alpha={la:+.1f}   P(g!=0) formula {float(p):.4f}   Monte Carlo {frac:.4f} +- {se:.4f}")
 plt.figure(figsize=(5, 3))
 plt.plot(host(grid), host(hc.penalty_forward(grid)[0]), label="sigmoid(log_alpha - beta log(-gamma/zeta))")
 plt.errorbar(check_las, p_mc, yerr=[5 * s for s in p_se], fmt="o", ms=4, label="fraction of samples g > 0")
-plt.xlabel("log_alpha"); plt.ylabel("P(g != 0)"); plt.legend(fontsize=7); plt.tight_layout(); plt.show()
+plt.xlabel("log_alpha")
+plt.ylabel("P(g != 0)")
+plt.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
 
 # %%
 layers = [init_log_alpha(8, dtype=F64) for _ in range(6)]           # 6 layers x (8,) all open
@@ -311,15 +321,21 @@ def plot_traj(traj, title, ax):
                 label=("needed head" if hh == 0 else "useless head" if hh == 2 else None))
     ax.axhline(math.log(-hc.gamma / hc.zeta), color="grey", lw=0.6)
     ax.axhline(math.log((1 - hc.gamma) / (hc.zeta - 1)), color="grey", lw=0.6)
-    ax.set_title(title, fontsize=9); ax.set_xlabel("step"); ax.set_ylabel("log_alpha")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("step")
+    ax.set_ylabel("log_alpha")
 
 
 g_final, la_final, traj, losses = prune_toy(0)
 print("test-time gates:", host(g_final).round(3))
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-plot_traj(traj, "lambda = 0.05, Adam lr 0.1 (log_alpha), 0.01 (W)", axes[0]); axes[0].legend(fontsize=8)
-axes[1].plot(losses); axes[1].set_title("loss + lambda L_C (one noisy sample per step)", fontsize=9)
-axes[1].set_xlabel("step"); plt.tight_layout(); plt.show()
+plot_traj(traj, "lambda = 0.05, Adam lr 0.1 (log_alpha), 0.01 (W)", axes[0])
+axes[0].legend(fontsize=8)
+axes[1].plot(losses)
+axes[1].set_title("loss + lambda L_C (one noisy sample per step)", fontsize=9)
+axes[1].set_xlabel("step")
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # The useless heads' $\log\alpha$ fall steadily through the pruning threshold (lower grey line, $-2.40$) and their
@@ -353,7 +369,8 @@ g_slow, la_slow, traj_slow, _ = prune_toy(0, lr=0.01)
 plot_traj(traj_slow, "lambda = 0.05, lr = 0.01: heading down, not yet pruned", axes[0])
 g_free, _, traj_free, _ = prune_toy(0, lam=0.0, lr_w=0.0)
 plot_traj(traj_free, "lambda = 0, read-out frozen: useless gates drift up, none closes", axes[1])
-plt.tight_layout(); plt.show()
+plt.tight_layout()
+plt.show()
 print("lr = 0.01, 300 steps, test-time gates:", host(g_slow).round(2))
 print("lambda = 0, W frozen, test-time gates:", host(g_free).round(2))
 

@@ -23,7 +23,8 @@
 # frozen too. Only the encoder layers and the encoder's final LayerNorm change.
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 

@@ -21,7 +21,8 @@
 # sentences.
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 

@@ -16,7 +16,8 @@
 # text with longer sentences and unknown words; and the quick model is small and trained for minutes.
 
 # %%
-import os, sys
+import os
+import sys
 sys.path.insert(0, os.path.abspath(".."))   # run from chapters/
 QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 
@@ -75,12 +76,17 @@ if HAVE_DATA:
     trees = read_conllu(str(EWT))[:400 if QUICK else None]
     rep = head_roles(study.params, cfg, study.vocab, trees, study.src_word_freq, bpe=study.bpe)
     print(f"{len(trees)} EWT dev sentences, {rep.n_words} words ({rep.n_unknown} unknown to the model)\n")
-    print(format_positional(rep)); print(); print(format_table(rep)); print(); print(format_rare(rep))
+    print(format_positional(rep))
+    print()
+    print(format_table(rep))
+    print()
+    print(format_rare(rep))
 
 # %%
 if HAVE_DATA:
     import matplotlib.pyplot as plt
-    plot_scores(rep); plt.show()
+    plot_scores(rep)
+    plt.show()
 
 # %% [markdown]
 # ## 3. Importance of the encoder heads on Multi30k
@@ -100,7 +106,8 @@ if HAVE_DATA:
     tq = importance.top_quarter_share(rel)
     print("top-quarter relevance share per encoder layer:", [round(float(t), 2) for t in tq], "(uniform 0.25)")
     print(f"Spearman relevance ~ confidence: {importance.rank_agreement(rel, conf):.2f}")
-    importance.plot_importance(rel, conf, title="encoder heads, Multi30k val"); plt.show()
+    importance.plot_importance(rel, conf, title="encoder heads, Multi30k val")
+    plt.show()
 
 # %% [markdown]
 # ## Checks
