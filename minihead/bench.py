@@ -12,7 +12,6 @@ import resource
 import time
 
 from . import backend, model
-from .backend import xp
 from .data.vocab import make_batch
 from .optim import Adam, clip_grad_norm
 

@@ -10,7 +10,6 @@ On data_small (default) or on a real corpus: ``--train-src/--train-tgt`` (BPE le
 ``--conllu`` (gold trees of real English) for the head roles.
 """
 import json
-import math
 import os
 import time
 
@@ -174,14 +173,14 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
     from .prune import encoder_closes_first, survivor_layers, survivor_role_shares, type_order_holds
     shares = survivor_role_shares(enc, rep.roles, L * H)          # [(lam, kept, share kept, share all)]
     over = sum(sk > sa for _, _, sk, sa in shares)
-    lines.append(f"| specialised heads survive pruning longest (role-carrying share of the survivors > of all "
-                 f"heads, runs keeping at most half) | all three functions remain at 17 of 48 heads | "
+    lines.append("| specialised heads survive pruning longest (role-carrying share of the survivors > of all "
+                 "heads, runs keeping at most half) | all three functions remain at 17 of 48 heads | "
                  + ("; ".join(f"{k} kept: {sk:.0%} vs {sa:.0%}" for _, k, sk, sa in shares) or "no such run")
                  + f" | {'yes' if shares and over == len(shares) else 'partly' if over else 'no'} |")
     ordered = [type_order_holds(r, study.cfg) for r in allk]
     first = [encoder_closes_first(r, study.cfg)[0] for r in allk]
-    lines.append(f"| encoder self-attention pruned first, decoder-encoder last (share retained, all types gated) | "
-                 f"yes | enc / dec-self / dec-enc kept: " + "; ".join(
+    lines.append("| encoder self-attention pruned first, decoder-encoder last (share retained, all types gated) | "
+                 "yes | enc / dec-self / dec-enc kept: " + "; ".join(
                      "/".join(str(r["n_retained"][k]) for k in ("enc", "dec_self", "dec_enc")) for r in allk)
                  + f" of {L * H} each; encoder first to lose half in {sum(first)} of {len(allk)} runs | "
                  f"{'yes' if all(ordered) and all(first) else 'partly' if any(ordered) else 'no'} |")
