@@ -155,7 +155,6 @@ def test_training_learns_and_beam_agrees_with_greedy(tmp_path):
 def test_incremental_decoding_matches_the_training_forward():
     """decoder_step's logits at every position equal the teacher-forced forward's (float64, 1e-10),
     pre-norm and post-norm, with gates: the key/value history is the causal mask of training."""
-    from types import SimpleNamespace
     from minihead import translate as tr
     from minihead.layers import attention_bias, sinusoidal_positions
     gen = np.random.default_rng(0)
