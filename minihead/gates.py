@@ -14,8 +14,12 @@ and g = 1, so a head can be switched off exactly. The expected number of open ga
     P(g != 0) = sigmoid(log_alpha - beta log(-gamma / zeta))                       (Louizos eq. 12)
 
 and the paper trains  loss = cross-entropy + lambda * sum_heads P(g != 0)  (Voita et al. eq. 5-6).
-At test time the noise is dropped:  g = clip(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1)  (Louizos
-eq. 13); a head is pruned when that is 0, i.e. when log_alpha <= log(-gamma / zeta).
+At test time the paper (Voita et al. sec. 6.1) sets each gate to 0 or 1, whichever of P(g = 0) and P(g = 1)
+is larger (:meth:`HardConcrete.binary_gate`, the default readout of :mod:`minihead.prune`); the official code
+instead drops the noise, g = clip(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1) (Louizos eq. 13,
+:meth:`HardConcrete.test_gate`, the "continuous" readout), and prunes a head when that is 0, i.e. when
+log_alpha <= log(-gamma / zeta). A gate is "settled" when max(P(g = 0), P(g = 1)) > 0.95
+(:meth:`HardConcrete.settled`): the paper reports that training converges to gates almost all closed or open.
 
 Defaults follow the official code (github.com/lena-voita/the-story-of-heads, lib/layers/concrete_gate.py):
 beta = 0.33 (Louizos et al. use 2/3), gamma = -0.1, zeta = 1.1. Every backward is written by hand; the
@@ -134,13 +138,36 @@ class HardConcrete:
 
     # ---------------------------------------------------------------- test time and distribution facts
     def test_gate(self, log_alpha):
-        """Deterministic gate clip(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1) (Louizos eq. 13).
+        """Continuous test-time gate clip(sigmoid(log_alpha) (zeta - gamma) + gamma, 0, 1) (Louizos eq. 13; the
+        official code's readout; the paper's is :meth:`binary_gate`).
 
         A head is pruned (g = 0) iff sigmoid(log_alpha) <= -gamma / (zeta - gamma), i.e. log_alpha <= log(-gamma / zeta)
         (-2.40 for the defaults); it is fully on (g = 1) iff log_alpha >= log((1 - gamma) / (zeta - 1)) (+2.40)."""
         s = _sigmoid(log_alpha)                                    # (...)
         g = xp.clip(s * (self.zeta - self.gamma) + self.gamma, 0.0, 1.0)  # (...)
         return g
+
+    def binary_threshold(self):
+        """The log_alpha above which P(g = 1) > P(g = 0): from :meth:`mass_at_0_and_1`, as the sigmoid is
+        increasing, P(g = 1) > P(g = 0) iff log_alpha - c1 > c0 - log_alpha, i.e. log_alpha > (c0 + c1) / 2 with
+        c0 = beta log(-gamma / zeta), c1 = beta log((1 - gamma) / (zeta - 1)); 0 for the symmetric defaults."""
+        c0 = self.beta * math.log(-self.gamma / self.zeta)
+        c1 = self.beta * math.log((1.0 - self.gamma) / (self.zeta - 1.0))
+        return 0.5 * (c0 + c1)
+
+    def binary_gate(self, log_alpha):
+        """The paper's test-time gate (Voita et al. 2019, sec. 6.1): 1 where P(g = 1) >= P(g = 0), else 0,
+        i.e. 1[log_alpha >= :meth:`binary_threshold`] (ties open). Same dtype and shape as log_alpha."""
+        return (log_alpha >= self.binary_threshold()).astype(log_alpha.dtype)  # (...)
+
+    def settled(self, log_alpha, threshold=0.95):
+        """Boolean mask of settled gates: max(P(g = 0), P(g = 1)) > ``threshold`` (sec. 6.1: training
+        converges to gates that are almost completely closed or completely open). For the defaults and
+        threshold 0.95 that is |log_alpha| > logit(0.95) + beta log(11) = 3.74."""
+        if not 0.5 <= threshold < 1.0:
+            raise GateError(f"HardConcrete.settled: threshold must lie in [0.5, 1), got {threshold}")
+        p0, p1 = self.mass_at_0_and_1(log_alpha)                   # (...)
+        return xp.maximum(p0, p1) > threshold                      # (...) bool
 
     def mass_at_0_and_1(self, log_alpha):
         """(P(g = 0), P(g = 1)) of the training-time gate, from the binary-concrete CDF
@@ -175,6 +202,17 @@ class HardConcrete:
             raise GateError(f"HardConcrete.draw_u: eps must be in (0, 0.5), got {eps}")
         u_host = rng.uniform(eps, 1.0 - eps, size=shape)           # shape, float64 on the host
         return backend.to_device(u_host, dtype=dtype)              # shape, on the device
+
+
+def settled_share(log_alpha, hc=None, threshold=0.95):
+    """Share of all gates (a dict kind -> (L, H), or one array) with max(P(g = 0), P(g = 1)) > ``threshold``
+    (:meth:`HardConcrete.settled`); a float in [0, 1]."""
+    hc = hc or HardConcrete()
+    arrays = list(log_alpha.values()) if isinstance(log_alpha, dict) else [log_alpha]
+    n = sum(int(a.size) for a in arrays)
+    if n == 0:
+        raise GateError("settled_share: no gates")
+    return sum(int(hc.settled(a, threshold).sum()) for a in arrays) / n
 
 
 # -------------------------------------------------------------------- combining layers

@@ -18,7 +18,7 @@ from minihead import backend
 from minihead.gradcheck import numerical_grad, rel_error
 from minihead.optim import Adam
 from minihead.gates import (LOG_ALPHA_OPEN, GateError, HardConcrete, init_log_alpha, l0_total,
-                            l0_total_backward)
+                            l0_total_backward, settled_share)
 
 HC = HardConcrete()
 B, G, Z = HC.beta, HC.gamma, HC.zeta
@@ -203,6 +203,38 @@ def test_test_gate_at_known_points():
     assert g[3] == pytest.approx(0.5, abs=1e-15)
     assert g[4] < 1.0 and g[5] == 1.0 and g[6] == 1.0
     assert float(HC.test_gate(np.array(LOG_ALPHA_OPEN))) == 1.0   # the default init starts heads fully on
+
+
+def test_binary_gate_is_the_larger_point_mass():
+    """Paper's readout (sec. 6.1): g = 1 iff P(g = 1) >= P(g = 0), checked against mass_at_0_and_1 on a grid
+    and with asymmetric (gamma, zeta) where the threshold (c0 + c1) / 2, c0 = beta log(-gamma/zeta),
+    c1 = beta log((1-gamma)/(zeta-1)), is not 0; for the defaults it is 0, so a head with a continuous gate
+    of 0.45 (log_alpha = -0.17) is closed here but kept by the continuous readout."""
+    for hc in (HC, HardConcrete(beta=0.5, gamma=-0.3, zeta=1.05)):
+        la = np.linspace(-6, 6, 241)
+        p0, p1 = hc.mass_at_0_and_1(la)
+        np.testing.assert_array_equal(hc.binary_gate(la), (p1 >= p0).astype(float))
+        c0 = hc.beta * math.log(-hc.gamma / hc.zeta)
+        c1 = hc.beta * math.log((1 - hc.gamma) / (hc.zeta - 1))
+        assert hc.binary_threshold() == pytest.approx((c0 + c1) / 2, abs=1e-15)
+    assert HardConcrete(gamma=-0.3, zeta=1.05).binary_threshold() != pytest.approx(0.0, abs=0.01)
+    assert HC.binary_threshold() == pytest.approx(0.0, abs=1e-15)
+    la = np.array([-0.17])
+    assert HC.binary_gate(la)[0] == 0.0 and 0.4 < HC.test_gate(la)[0] < 0.5
+
+
+def test_settled_share_counts_gates_near_a_point_mass():
+    """A gate is settled when max(P(g = 0), P(g = 1)) > 0.95: for the defaults |log_alpha| > logit(0.95) +
+    beta log(11) = 3.736; the open init (log_alpha = 3, P(g = 1) = 0.90) is NOT settled. settled_share pools
+    the gates of every kind of a dict."""
+    edge = math.log(0.95 / 0.05) + B * math.log(-Z / G)
+    la = np.array([-edge - 1e-6, -edge + 1e-3, 0.0, LOG_ALPHA_OPEN, edge - 1e-3, edge + 1e-6])
+    np.testing.assert_array_equal(HC.settled(la), [True, False, False, False, False, True])
+    p0, p1 = HC.mass_at_0_and_1(la)
+    np.testing.assert_array_equal(HC.settled(la), np.maximum(p0, p1) > 0.95)
+    assert settled_share({"enc": la.reshape(2, 3), "dec_self": np.full((1, 2), 9.0)}) == pytest.approx(4 / 8)
+    with pytest.raises(GateError, match="threshold"):
+        HC.settled(la, 1.0)
 
 
 def test_init_dtype_and_determinism():
