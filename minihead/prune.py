@@ -10,17 +10,25 @@ training continues on
 with a fresh gate sample per step (one u per head, shared by the batch, as in the official code), the
 gradient of the sample written by hand (``HardConcrete.sample_backward``) and the penalty's by
 ``penalty_backward``. log_alpha has its own Adam with a large learning rate: Adam moves a parameter by about
-lr per step, and a gate is only pruned once log_alpha has travelled from +3 to below log(-gamma / zeta) = -2.4
-(see tests/test_gates.py), so lr 0.1 lets a gate close within ~55 steps. The model's weights train with a
-second Adam at a small constant rate.
+lr per step, and a gate is only pruned once log_alpha has travelled from +3 to below 0 (binary readout) and is
+settled only below -3.74 (see tests/test_gates.py), so lr 0.1 lets a gate close within ~30-70 steps. The model's
+weights train with a second Adam at a small constant rate. ``lr_gates=None`` is the official code's joint
+optimiser instead (the gates at the weights' rate): on the quick model it leaves every gate unsettled within
+the step cap (measured; see the report of issue 17), which is why the separate rate is the default.
+
+Training runs until the gates settle (sec. 6.1: "gates are either almost completely closed or completely
+open"): every ``log_every`` steps the share of gates with max(P(g = 0), P(g = 1)) > 0.95 is measured and the
+run stops once it reaches ``settle`` (0.9), or at ``steps`` (the cap); the result records whether it settled.
 
 Which weights train: encoder-only pruning (kinds = ("enc",)) freezes the decoder, as the paper does; with
 shared embeddings (one matrix for source, target and the output projection) the embedding is frozen too, since
 it is part of the decoder. Only encoder layers and the encoder's final LayerNorm (and a separate source
 embedding, if any) then change. Pruning any decoder attention type trains every weight.
 
-At test time the noise is dropped: g = clip(sigmoid(log_alpha)(zeta - gamma) + gamma, 0, 1) (Louizos eq. 13);
-a head is retained iff that gate is > 0, and pruned heads have g = 0 exactly in translation.
+At test time each gate is 0 or 1, whichever of P(g = 0) and P(g = 1) is larger (the paper, sec. 6.1; the
+default ``readout="binary"``, used for "heads kept" and BLEU); the official code's continuous gate
+g = clip(sigmoid(log_alpha)(zeta - gamma) + gamma, 0, 1) (Louizos eq. 13; a head kept iff g > 0, BLEU scored
+with the fractional gates) is reported beside it (``readout="continuous"``).
 """
 import hashlib
 import inspect
@@ -33,13 +41,22 @@ from .backend import xp
 from .data.vocab import batches
 from .errors import MiniheadError
 from .evaluate import bleu
-from .gates import LOG_ALPHA_OPEN, HardConcrete, init_log_alpha, l0_total, l0_total_backward
+from .gates import (
+    LOG_ALPHA_OPEN,
+    HardConcrete,
+    init_log_alpha,
+    l0_total,
+    l0_total_backward,
+    settled_share,
+)
 from .model import GATE_KINDS, loss_and_grads
 from .optim import Adam, clip_grad_norm
 
 KIND_SETS = {"enc": ("enc",), "all": GATE_KINDS}   # the CLI's --kinds
-CACHE_VERSION = 2                                  # bump when the computation behind a cached file changes
+CACHE_VERSION = 3                                  # bump when the computation behind a cached file changes
 SCRATCH_SAVE_EVERY = 200                           # from-scratch training: steps between resumable saves
+READOUTS = ("binary", "continuous")                # test-time gates: the paper's / the official code's
+SETTLED_AT = 0.95                                  # a gate is settled when max(P(g=0), P(g=1)) > this
 
 
 class PruneError(MiniheadError, ValueError):
@@ -50,10 +67,15 @@ class PruneError(MiniheadError, ValueError):
 class PruneResult:
     log_alpha: dict     # kind -> (L, H) final gate parameters
     params: dict        # the model's weights after pruning (a copy; the input is not changed)
-    gates: dict         # kind -> (L, H) test-time gates (Louizos eq. 13)
-    retained: dict      # kind -> (L, H) bool host array, test-time gate > 0
-    history: list       # per log interval: step, mean cross-entropy, L_C, open gates per kind
+    gates: dict         # kind -> (L, H) test-time gates, paper's binary readout (0 or 1)
+    retained: dict      # kind -> (L, H) bool host array, binary gate = 1
+    history: list       # per log interval: step, mean cross-entropy, L_C, open gates per kind, settled share
     trained: list       # names of the weights that were updated
+    gates_continuous: dict = None     # kind -> (L, H) the official code's continuous gates (Louizos eq. 13)
+    retained_continuous: dict = None  # kind -> (L, H) bool, continuous gate > 0
+    settled_share: float = 0.0        # share of gates with max(P(g=0), P(g=1)) > SETTLED_AT at the end
+    steps_used: int = 0               # steps trained (the run stops once settled_share >= settle)
+    settled: bool = False             # whether settled_share reached ``settle`` within the step cap
 
 
 # --------------------------------------------------------------------------- settings
@@ -97,10 +119,17 @@ def trainable_names(params, cfg, kinds, train_params="auto"):
 
 
 # --------------------------------------------------------------------------- pruning
-def deterministic_gates(log_alpha, hc=None):
-    """Test-time gates and retained masks from log_alpha (dict kind -> (L, H)): (gates, retained)."""
+def deterministic_gates(log_alpha, hc=None, readout="binary"):
+    """Test-time gates and retained masks from log_alpha (dict kind -> (L, H)): (gates, retained).
+
+    ``readout="binary"`` (the paper, sec. 6.1): g = 1 where P(g = 1) >= P(g = 0), else 0
+    (:meth:`HardConcrete.binary_gate`); ``"continuous"`` (the official code): g = clip(sigmoid(log_alpha)
+    (zeta - gamma) + gamma, 0, 1) (Louizos eq. 13). A head is retained iff its gate is > 0."""
     hc = hc or HardConcrete()
-    gates = {k: hc.test_gate(la) for k, la in log_alpha.items()}                    # kind -> (L, H)
+    if readout not in READOUTS:
+        raise PruneError(f"readout {readout!r}: choose one of {', '.join(READOUTS)}")
+    read = hc.binary_gate if readout == "binary" else hc.test_gate
+    gates = {k: read(la) for k, la in log_alpha.items()}                            # kind -> (L, H)
     retained = {k: backend.to_host(g) > 0 for k, g in gates.items()}               # kind -> (L, H) bool
     return gates, retained
 
@@ -133,21 +162,28 @@ def gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, reduction="sum",
 
 def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=0.1, lr_params=1e-3,
           reduction="sum", max_tokens=2500, seed=0, clip=1.0, log_every=25, train_params="auto",
-          init=LOG_ALPHA_OPEN, hc=None, progress=False):
-    """Continue training a converged model with hard-concrete gates on the heads of ``kinds``.
+          init=LOG_ALPHA_OPEN, hc=None, settle=0.9, progress=False):
+    """Continue training a converged model with hard-concrete gates on the heads of ``kinds``, until the gates
+    settle or for at most ``steps`` steps.
 
     Each step: u ~ U(0, 1) per head from a host generator seeded by (seed, 1); gates g = sample_forward;
     cross-entropy and its gradients (weights and gates) by ``model.loss_and_grads`` with dropout drawn from
     a generator seeded by (seed, 2); d log_alpha = sample_backward(dg) + lambda * dL_C/dlog_alpha with
     L_C = l0_total(P(g != 0), reduction) ("sum": the paper's eq. 6; "layer_mean": the official code's);
-    log_alpha takes an Adam step at ``lr_gates``, the weights named by :func:`trainable_names` an Adam step
+    log_alpha takes an Adam step at ``lr_gates`` (None: at ``lr_params``, the official code's joint optimiser), the weights named by :func:`trainable_names` an Adam step
     at the constant ``lr_params`` after clipping their gradient norm to ``clip``. Batches of ``max_tokens``
-    are visited in an order shuffled per epoch by (seed, epoch). Same seed, same numbers.
-    Returns a :class:`PruneResult`."""
+    are visited in an order shuffled per epoch by (seed, epoch). Every ``log_every`` steps the settled share
+    (gates with max(P(g = 0), P(g = 1)) > SETTLED_AT, :func:`minihead.gates.settled_share`) is logged; with
+    ``settle`` (a share in (0, 1]; None: always run ``steps``) the run stops at the first logged step where it
+    is >= ``settle``. Same seed, same numbers. Returns a :class:`PruneResult` (binary and continuous readouts)."""
     kinds = check_kinds(kinds)
-    if steps < 1 or lam < 0 or lr_gates <= 0 or lr_params < 0:
-        raise PruneError(f"prune: need steps >= 1, lambda >= 0, lr_gates > 0, lr_params >= 0 "
-                         f"(got steps={steps}, lam={lam}, lr_gates={lr_gates}, lr_params={lr_params})")
+    joint = lr_gates is None
+    if (steps < 1 or lam < 0 or lr_params < 0 or (not joint and lr_gates <= 0) or (joint and lr_params <= 0)
+            or log_every < 1 or (settle is not None and not 0 < settle <= 1)):
+        raise PruneError(f"prune: need steps >= 1, lambda >= 0, lr_gates > 0 (or None with lr_params > 0), "
+                         f"lr_params >= 0, log_every >= 1, settle in (0, 1] or None (got steps={steps}, lam={lam}, "
+                         f"lr_gates={lr_gates}, lr_params={lr_params}, log_every={log_every}, settle={settle})")
+    lr_g = lr_params if joint else lr_gates
     hc = hc or HardConcrete()
     params = {k: v.copy() for k, v in params.items()}                # the caller's model stays as it was
     shapes = {k: (cfg.n_layers(k), cfg.n_heads) for k in kinds}
@@ -171,7 +207,7 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=
         pos += 1
         u = {k: hc.draw_u(gen_u, shapes[k], dtype=cfg.dtype) for k in kinds}       # kind -> (L, H)
         ce, l0, grads, dla = gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, reduction, hc, gen_drop)
-        opt_gates.step(log_alpha, dla, lr_gates)
+        opt_gates.step(log_alpha, dla, lr_g)
         if opt_model is not None:
             g_model = {n: grads[n] for n in names if n in grads}
             clip_grad_norm(g_model, clip)
@@ -179,14 +215,22 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=
         ce_acc, n_acc = ce_acc + float(ce), n_acc + 1
         if step % log_every == 0 or step == steps:
             _, kept = deterministic_gates(log_alpha, hc)
+            _, kept_c = deterministic_gates(log_alpha, hc, "continuous")
+            share = settled_share(log_alpha, hc, SETTLED_AT)
             history.append({"step": step, "ce": ce_acc / n_acc, "l0": float(l0),
-                            "open": {k: int(kept[k].sum()) for k in kinds}})
+                             "open": {k: int(kept[k].sum()) for k in kinds},
+                             "open_continuous": {k: int(kept_c[k].sum()) for k in kinds}, "settled": share})
             ce_acc, n_acc = 0.0, 0
             if progress:
                 h = history[-1]
-                print(f"step {step}: CE {h['ce']:.3f}  L_C {h['l0']:.2f}  open {h['open']}")
+                print(f"step {step}: CE {h['ce']:.3f}  L_C {h['l0']:.2f}  open {h['open']}  settled {share:.2f}")
+            if settle is not None and share >= settle:
+                break
     gates, retained = deterministic_gates(log_alpha, hc)
-    return PruneResult(log_alpha, params, gates, retained, history, names)
+    gates_c, retained_c = deterministic_gates(log_alpha, hc, "continuous")
+    share = settled_share(log_alpha, hc, SETTLED_AT)
+    return PruneResult(log_alpha, params, gates, retained, history, names, gates_c, retained_c, share, step,
+                       settle is not None and share >= settle)
 
 
 # prune()'s keyword settings and their defaults: what a cache key must hold besides kinds, lambda and steps
@@ -357,7 +401,9 @@ def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_k
     """:func:`prune` the study model at one lambda and score it on the test set, cached under
     ``runs/<study>/prune-<kinds>-<lambda>-<hash>.json`` (hash of every setting of :func:`prune`, defaults
     included, the model's fingerprint and n_test). Returns a dict: lam, kinds, retained / gates / log_alpha (kind -> nested lists),
-    n_retained (kind -> int), bleu, history, cached."""
+    n_retained (kind -> int), bleu (all three under the paper's binary readout), their continuous twins
+    retained_continuous / gates_continuous / n_retained_continuous / bleu_continuous (the official code's readout),
+    settled_share, steps_used, settled, history, cached."""
     kinds = check_kinds(kinds)
     # the key holds every keyword setting of prune(), defaults included, so a changed default is a new key
     defaults = _PRUNE_DEFAULTS
@@ -376,9 +422,14 @@ def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_k
         r = prune(study.params, study.cfg, study.corpus, kinds, lam, steps, hc=hc, **prune_kw)
         src, ref = study.splits["test"]
         score = gated_bleu(r.params, study.cfg, study.vocab, src, ref, gates=r.gates, n=n_test)  # kinds not gated: 1
+        score_c = gated_bleu(r.params, study.cfg, study.vocab, src, ref, gates=r.gates_continuous, n=n_test)
         return {"lam": float(lam), "kinds": list(kinds), "steps": int(steps), "bleu": score,
                 "retained": _tolist(r.retained), "gates": _tolist(r.gates), "log_alpha": _tolist(r.log_alpha),
-                "n_retained": {k: int(r.retained[k].sum()) for k in kinds}, "history": r.history}
+                "n_retained": {k: int(r.retained[k].sum()) for k in kinds}, "history": r.history,
+                "bleu_continuous": score_c, "retained_continuous": _tolist(r.retained_continuous),
+                "gates_continuous": _tolist(r.gates_continuous),
+                "n_retained_continuous": {k: int(r.retained_continuous[k].sum()) for k in kinds},
+                "settled_share": r.settled_share, "steps_used": int(r.steps_used), "settled": bool(r.settled)}
     return cached_json(path, key, compute)
 
 
@@ -389,8 +440,9 @@ def sweep(study, lambdas, kinds=("enc",), steps=300, cache_dir=None, n_test=None
     for lam in lambdas:
         r = prune_study(study, kinds, lam, steps, n_test=n_test, cache_dir=cache_dir, **prune_kw)
         if progress:
-            print(f"lambda {lam:g}: retained {r['n_retained']}, test BLEU {r['bleu']:.2f}"
-                  + (" (cached)" if r["cached"] else ""))
+            print(f"lambda {lam:g}: retained {r['n_retained']} (continuous {r['n_retained_continuous']}), test BLEU "
+                  f"{r['bleu']:.2f} (continuous {r['bleu_continuous']:.2f}), settled {r['settled_share']:.2f} after "
+                  f"{r['steps_used']} steps" + (" (cached)" if r["cached"] else ""))
         out.append(r)
     return out
 
@@ -447,11 +499,12 @@ def add_prune_command(subparsers):
     p.add_argument("checkpoint")
     p.add_argument("--lambda", dest="lam", type=float, required=True, help="weight of the L0 penalty")
     p.add_argument("--kinds", default="enc", choices=sorted(KIND_SETS), help="enc: encoder self-attention; all")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=300, help="step cap (the run stops once the gates settle)")
+    p.add_argument("--settle", type=float, default=0.9, help="stop once this share of gates is settled")
     p.add_argument("--data", default="data_small")
     p.add_argument("--n-test", type=int, default=None, help="BLEU on the first N test sentences")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr-gates", type=float, default=0.1)
+    p.add_argument("--lr-gates", type=float, default=0.1, help="0: the joint optimiser (gates at --lr-params)")
     p.add_argument("--lr-params", type=float, default=1e-3)
     p.add_argument("--reduction", default="sum", choices=["sum", "layer_mean"])
     p.add_argument("--out", default=None, help="save the pruned model here (.npz; log_alpha as extras)")
@@ -473,17 +526,23 @@ def cmd_prune(a):
     max_tokens = int(train_meta.get("max_tokens", 2500))
     print(f"pruning {', '.join(kinds)} heads of {a.checkpoint}: lambda {a.lam:g}, {a.steps} steps, "
           f"{len(corpus.train_src)} training pairs")
-    r = prune(ck.params, ck.cfg, corpus, kinds, a.lam, a.steps, lr_gates=a.lr_gates, lr_params=a.lr_params,
-              reduction=a.reduction, max_tokens=max_tokens, seed=a.seed, progress=True)
+    r = prune(ck.params, ck.cfg, corpus, kinds, a.lam, a.steps, lr_gates=a.lr_gates or None, lr_params=a.lr_params,
+              reduction=a.reduction, max_tokens=max_tokens, seed=a.seed, settle=a.settle, progress=True)
     src, ref = [s for s, _ in pairs["test"]], [t for _, t in pairs["test"]]
     before = gated_bleu(ck.params, ck.cfg, ck.vocab, src, ref, n=a.n_test)
     after = gated_bleu(r.params, ck.cfg, ck.vocab, src, ref, gates=r.gates, n=a.n_test)
-    print("retained heads:\n" + format_retained(r.retained))
+    after_c = gated_bleu(r.params, ck.cfg, ck.vocab, src, ref, gates=r.gates_continuous, n=a.n_test)
+    print(f"gates settled: {r.settled_share:.2f} after {r.steps_used} steps"
+          + ("" if r.settled else f" (did not reach {a.settle:g} within the cap)"))
+    print("retained heads (binary readout, the paper's):\n" + format_retained(r.retained))
+    print("retained heads (continuous readout, the official code's):\n" + format_retained(r.retained_continuous))
     n = len(src) if a.n_test is None else min(a.n_test, len(src))
-    print(f"test BLEU ({n} sentences, greedy): all heads {before:.2f}, pruned {after:.2f}")
+    print(f"test BLEU ({n} sentences, greedy): all heads {before:.2f}, pruned {after:.2f} (continuous gates "
+          f"{after_c:.2f})")
     if a.out:
         checkpoint.save(a.out, r.params, ck.cfg, ck.vocab, meta={**ck.meta, "pruned": {
             "kinds": list(kinds), "lambda": a.lam, "steps": a.steps, "seed": a.seed}},
             extra={f"log_alpha.{k}": v for k, v in r.log_alpha.items()})
         print(f"saved {a.out}")
-    return {"retained": r.retained, "bleu_before": before, "bleu_after": after, "result": r}
+    return {"retained": r.retained, "bleu_before": before, "bleu_after": after, "bleu_after_continuous": after_c,
+            "result": r}

@@ -113,6 +113,7 @@ def test_encoder_pruning_freezes_decoder_and_shared_embedding(study):
 
 
 def test_same_seed_same_numbers(study):
+    """Same seed: identical log_alpha, weights and history; another seed: other gates (the check can fail)."""
     a, b, c = run(study, "all", 0.05, seed=7), run(study, "all", 0.05, seed=7), run(study, "all", 0.05, seed=8)
     for k in model.GATE_KINDS:
         assert np.array_equal(a.log_alpha[k], b.log_alpha[k])
@@ -122,16 +123,23 @@ def test_same_seed_same_numbers(study):
 
 
 def test_test_time_gates_are_the_retained_masks(study):
-    """Test-time gates are clip(sigmoid(log_alpha) 1.2 - 0.1, 0, 1); retained = gate > 0; pruned heads are
-    exactly 0 and translating with the gates equals translating with the same zeros written by hand."""
+    """Default (paper, sec. 6.1) test-time gates are binary: 1 iff P(g=1) >= P(g=0), i.e. log_alpha >= 0;
+    retained = gate 1. The official code's continuous gates clip(sigmoid(log_alpha) 1.2 - 0.1, 0, 1) come beside
+    them (retained_continuous = gate > 0, a superset of the binary survivors). Pruned heads are exactly 0, and
+    translating with the gates equals translating with the same zeros written by hand."""
     from minihead.translate import translate
     r = run(study, "all", 0.1)
     hc = HardConcrete()
     n_pruned = 0
     for k in model.GATE_KINDS:
         g = backend.to_host(r.gates[k])
-        np.testing.assert_array_equal(g, backend.to_host(hc.test_gate(r.log_alpha[k])))
+        la = backend.to_host(r.log_alpha[k])
+        np.testing.assert_array_equal(g, (la >= 0).astype(g.dtype))
         np.testing.assert_array_equal(r.retained[k], g > 0)
+        gc = backend.to_host(r.gates_continuous[k])
+        np.testing.assert_array_equal(gc, backend.to_host(hc.test_gate(r.log_alpha[k])))
+        np.testing.assert_array_equal(r.retained_continuous[k], gc > 0)
+        assert np.all(r.retained_continuous[k][r.retained[k]])
         assert np.all(g[~r.retained[k]] == 0.0)
         n_pruned += int((~r.retained[k]).sum())
     assert n_pruned > 0, "lambda 0.1 prunes something, else the check is empty"
@@ -143,19 +151,58 @@ def test_test_time_gates_are_the_retained_masks(study):
 
 
 def test_bad_settings_raise_clear_errors(study):
+    """Unknown kinds, repeated kinds, a negative lambda, a settle share outside (0, 1] and an unknown readout are
+    refused with a message naming the setting."""
     with pytest.raises(P.PruneError, match="kinds 'dec'"):
         P.check_kinds("dec")
     with pytest.raises(P.PruneError, match="distinct attention types"):
         P.check_kinds(("enc", "enc"))
     with pytest.raises(P.PruneError, match="lambda >= 0"):
         run(study, "enc", -1.0)
+    with pytest.raises(P.PruneError, match="settle"):
+        run(study, "enc", 0.1, settle=1.5)
+    with pytest.raises(P.PruneError, match="readout 'soft'"):
+        P.deterministic_gates({"enc": np.zeros((1, 2))}, readout="soft")
+
+
+def test_pruning_stops_once_the_gates_settle(study):
+    """settle=0.9: the run stops at the first logged step where >= 90% of gates have max(P(g=0), P(g=1)) > 0.95
+    (each logged step records that share, recomputed here from log_alpha); with a large lambda that is before
+    the cap, and the same run with settle=None goes on to the cap. A cap too short to settle reports
+    settled=False with the share it reached."""
+    from minihead.gates import settled_share
+    r = run(study, "enc", 1.0, steps=200)
+    assert r.settled and r.steps_used < 200 and r.steps_used % 20 == 0
+    assert r.settled_share >= 0.9 and r.history[-1]["settled"] == r.settled_share
+    assert r.settled_share == settled_share(r.log_alpha)
+    assert all(h["settled"] < 0.9 for h in r.history[:-1])
+    full = run(study, "enc", 1.0, steps=200, settle=None)
+    assert full.steps_used == 200 and full.history[-1]["step"] == 200
+    short = run(study, "enc", 1.0, steps=20)
+    assert not short.settled and short.steps_used == 20 and short.settled_share < 0.9
+
+
+def test_joint_optimiser_moves_gates_at_the_weights_rate(study):
+    """lr_gates=None is the official code's joint optimiser: log_alpha takes Adam steps at lr_params, so in 20
+    steps it moves at most ~20 x 1e-3 from its start at 3 (Adam moves each parameter by about lr a step), while
+    the separate rate 0.1 moves it by more than 1 in the same steps."""
+    joint = run(study, "enc", 0.5, steps=20, lr_gates=None, settle=None)
+    sep = run(study, "enc", 0.5, steps=20, settle=None)
+    assert float(np.abs(joint.log_alpha["enc"] - 3.0).max()) < 20 * 1e-3 * 1.5
+    assert float(np.abs(sep.log_alpha["enc"] - 3.0).max()) > 1.0
 
 
 # ------------------------------------------------------------------ cache
 def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_path, monkeypatch):
+    """A second sweep with the same settings reads every point from its cache file (prune is not called); any
+    changed setting is a new key; naming a default explicitly is the same key. Each point records both
+    readouts, the settled share and the steps used."""
     first = P.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
                     max_tokens=600)
     assert [r["cached"] for r in first] == [False, False]
+    for r in first:
+        assert {"bleu_continuous", "n_retained_continuous", "settled_share", "steps_used", "settled"} <= set(r)
+        assert r["n_retained_continuous"]["enc"] >= r["n_retained"]["enc"] and 1 <= r["steps_used"] <= 20
     names = sorted(os.listdir(tmp_path))
     assert len(names) == 2 and all(n.startswith("prune-enc-") for n in names), names
 
@@ -182,6 +229,7 @@ def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_pat
 
 
 def test_unreadable_cache_file_names_the_file(study, tmp_path):
+    """A cache file that is not JSON is an error naming the file, not a silent recompute."""
     key = {**P.study_key(study, 5), "what": "baseline"}
     path = tmp_path / f"prune-baseline-{P.key_hash(key)}.json"
     path.write_text("{ not json")
@@ -223,6 +271,8 @@ def test_from_scratch_training_uses_the_masks(study, tmp_path):
 
 # ------------------------------------------------------------------ command line
 def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
+    """``prune`` on the command line prints retained heads under both readouts, the settled share and BLEU
+    before / after, and saves log_alpha beside the pruned weights."""
     data = tmp_path / "data"
     data.mkdir()
     for split, pairs in (("train", list(zip(study.corpus.train_src, study.corpus.train_tgt))),
@@ -238,6 +288,7 @@ def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
     r = a.func(a)
     text = capsys.readouterr().out
     assert "enc       per layer" in text and "test BLEU (8 sentences, greedy)" in text
+    assert "binary readout" in text and "continuous readout" in text and "gates settled" in text
     ck = checkpoint.load(out)
     np.testing.assert_array_equal(backend.to_host(ck.extra("log_alpha.enc")), backend.to_host(r["result"].log_alpha["enc"]))
 
