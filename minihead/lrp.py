@@ -1,74 +1,69 @@
-"""Layer-wise relevance propagation (LRP) through the encoder-decoder, from the forward caches.
+"""Layer-wise relevance propagation (LRP) through the encoder-decoder, from the forward caches: the driver.
 
-Voita et al. 2019, sec. 4, after Ding et al. 2017 ("Visualizing and Understanding Neural Machine
-Translation"): relevance starts at the top-1 logit of every real target position (teacher forcing),
-total 1 per position, and flows back layer by layer to the source and target embeddings. The relevance
-of a head is the relevance of its output neurons (``Z``, before the gate and W^O), summed.
+Voita et al. 2019, sec. 4 and appendix A, after Ding et al. 2017 ("Visualizing and Understanding Neural Machine
+Translation"): relevance starts at the top-1 logit of every real target position (teacher forcing), total 1 per
+position, and flows back layer by layer to the source and target embeddings. The relevance of a head is the
+relevance of its output neurons (``Z``, before the gate and W^O), summed.
 
-Every rule maps the relevance ``R`` of a layer's output to that of its input(s), using the forward
-values held in the caches; rules are small named functions in :data:`RULES`, chosen by name:
+The rules are pure functions in :mod:`minihead.lrp_rules`, registered by layer type and family in
+:data:`RULES`; :class:`Rules` picks a family and dispatches through that registry:
 
-    linear       "epsilon" (default; eps = 0 is Ding et al.'s z-rule) | "alphabeta"
-    residual     "epsilon": R_x = x / y R_y, R_f = f / y R_y | "alphabeta"
-    layernorm    "linear" (default: std held constant, then the linear rule) | "identity"
-    attention    "values" (default: weights held constant, Ali et al. 2022 AH-rule) | "full"
-    elementwise  "identity"  (ReLU, the head gate)
-    embedding    "sum"       (relevance of a token = sum over d)
+    family      linear / residual / LayerNorm / attention value path
+    "z"         the paper's weight-ratio rule (default): bias not an input, conserving exactly
+    "official"  the-story-of-heads: alpha = beta = 0.5, bias spread over the inputs, each layer rescaled
+    "epsilon"   epsilon rule, bias in the denominator (its share lost)
+    "alphabeta" alpha-beta, bias in z+ / z- (its share lost)
 
-The ``linear`` choice is a family: with "alphabeta" the residual split, the LayerNorm map and the value
-path of attention use their alpha-beta versions too (see :class:`Rules`). With the default
-alpha = beta = 0.5 ("sum" convention) every transition weight is >= 0, so relevance stays >= 0; the
-epsilon family is signed and, on trained models, can put large cancelling relevances on the heads.
+plus ``layernorm="identity"`` and ``attention="full"`` (queries and keys too) as options; ReLU and the head
+gate pass relevance unchanged, an embedding sums over d. With "z" or "official" the total relevance is
+conserved at every stage, biases and LayerNorm betas included (tests/test_lrp.py, to 1e-6 in float64); the
+positional encoding is an input, so it keeps its share (reported apart from the token embedding).
 
 Relevance arrays may carry extra LEADING axes in front of the activation's shape (one per starting
-position for ``per_position=True``); every rule broadcasts over them, so the same code serves both.
-Denominators come from the forward pass (no recomputation), so LRP-0/epsilon are linear in the starting
-relevance.
-
-Conservation: a rule whose ``z`` includes a bias hands the bias its share, and that share is lost, so
-the total is conserved exactly only with every bias and LayerNorm beta zero (and eps = 0); the
-positional encoding is an input, so it keeps its share (reported apart from the token embedding).
+position for ``per_position=True``); every rule broadcasts over them.
 """
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from . import backend
 from .backend import xp
-from .errors import MiniheadError
 from .layers import sinusoidal_positions
+from .lrp_rules import (
+    DEFAULT_EPS,
+    FAMILIES,
+    OFFICIAL_EPS,
+    RULES,
+    LRPError,
+    attention_full,
+    attention_full_z,
+    attention_values,
+    attention_values_alphabeta,
+    attention_values_official,
+    attention_values_z,
+    call,
+    elementwise_identity,
+    embedding_sum,
+    layernorm_alphabeta,
+    layernorm_identity,
+    layernorm_linear,
+    layernorm_official,
+    layernorm_z,
+    linear_alphabeta,
+    linear_epsilon,
+    linear_official,
+    linear_z,
+    official_transitions,
+    rescale,
+    residual_alphabeta,
+    residual_official,
+    residual_proportional,
+    residual_z,
+)
 
 KINDS = ("enc", "dec_self", "dec_enc")
-DEFAULT_EPS = 1e-6
-
-
-class LRPError(MiniheadError, ValueError):
-    """A cache or an option that relevance propagation cannot use."""
 
 
 # --------------------------------------------------------------------------- helpers
-def _stab_div(R, z, eps):
-    """R / (z + eps sign(z)) with sign(0) = +1; where the denominator is exactly 0 the ratio is 0.
-
-    The z = 0 case (an output that is exactly zero, e.g. an all-zero padded input with eps = 0) would
-    otherwise give 0/0; the relevance sent to such an output is dropped (it cannot be split)."""
-    if eps > 0:                                              # never zero: |denominator| >= eps
-        return R / xp.where(z >= 0, z + eps, z - eps)
-    zero = z == 0
-    return xp.where(zero, 0.0, R / xp.where(zero, 1.0, z))  # python scalars keep z's dtype
-
-
-def _swap(W):
-    return W.swapaxes(-1, -2)
-
-
-def _mm(a, W):
-    """a @ W; for a 2-D W as ONE (N, k) x (k, m) GEMM (NumPy's stacked matmul against a transposed
-    2-D view is ~3x slower than the flattened product)."""
-    if W.ndim != 2:
-        return a @ W
-    return (a.reshape(-1, a.shape[-1]) @ W).reshape(a.shape[:-1] + (W.shape[1],))
-
-
 def _tot(R, n_act):
     """Total relevance per sentence (and per leading index): sum over the activation axes after the
     batch axis. R (*lead, B, ...) with ``n_act`` activation axes (B included) -> (*lead, B)."""
@@ -77,208 +72,22 @@ def _tot(R, n_act):
     return R.sum(axis=tuple(range(R.ndim - n_act + 1, R.ndim)))
 
 
-# --------------------------------------------------------------------------- linear rules
-def linear_epsilon(x, W, b, z, R, eps=DEFAULT_EPS):
-    """Epsilon rule (Bach et al. 2015, eq. 58; Ding et al. 2017 with eps = 0):
-
-        R_i = sum_j x_i w_ij R_j / (z_j + eps sign(z_j)),   z_j = sum_i x_i w_ij + b_j.
-
-    ``z`` is the layer's forward output (bias INCLUDED, so the bias absorbs the share b_j / z_j of R_j,
-    which is lost); pass ``z=None`` to compute it from x, W, b. ``W`` may be batched (..., din, dout).
-    Shapes: x (..., din), R (*lead, ..., dout) -> (*lead, ..., din)."""
-    if z is None:
-        z = x @ W if b is None else x @ W + b
-    s = _stab_div(R, z, eps)                                 # (*lead, ..., dout)
-    return x * _mm(s, _swap(W))                              # (*lead, ..., din)
-
-
-def _ab_weights(zpos, zneg, R, alpha, beta, convention, eps, fallback):
-    """Per-output multipliers (u+, u-) of the alpha-beta family: R_i = sum_j z+_ij u+_j + z-_ij u-_j.
-
-    u+ = a R / z+, u- = b R / z- with (a, b) = (alpha, beta) ("sum") or (alpha, -beta) ("difference").
-    ``fallback`` (only for "sum"): an output with no positive part (z+ = 0) hands ALL its relevance,
-    (alpha + beta) R, to the negative part and vice versa, instead of losing that share."""
-    if convention not in ("sum", "difference"):
-        raise LRPError(f"alpha-beta convention must be 'sum' or 'difference', got {convention!r}")
-    a, b = (alpha, beta) if convention == "sum" else (alpha, -beta)
-    if convention == "sum" and fallback:
-        no_pos = (zpos == 0).astype(zpos.dtype)              # (..., dout) one-signed outputs
-        no_neg = (zneg == 0).astype(zpos.dtype)
-        a, b = alpha + beta * no_neg - alpha * no_pos, beta + alpha * no_pos - beta * no_neg
-    if eps > 0:                                              # signs known: z+ >= 0 >= z-
-        return R * (a / (zpos + eps)), R * (b / (zneg - eps))
-    return a * _stab_div(R, zpos, 0.0), b * _stab_div(R, zneg, 0.0)
-
-
-def linear_alphabeta(x, W, b, z, R, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS, fallback=True):
-    """Alpha-beta rule: positive and negative contributions z_ij = x_i w_ij normalised apart.
-
-        "sum" (the-story-of-heads lib/layers/lrp.py, default alpha = beta = 0.5, alpha + beta = 1):
-            R_i = sum_j (alpha z+_ij / z+_j + beta z-_ij / z-_j) R_j
-        "difference" (Bach et al. 2015 eq. 60 and zennit's AlphaBeta, alpha - beta = 1, e.g. 2, 1):
-            R_i = sum_j (alpha z+_ij / z+_j - beta z-_ij / z-_j) R_j
-    with z+_j = sum_i max(z_ij, 0) + max(b_j, 0) and z-_j likewise with min: the bias takes its share of
-    each part and that share is lost. Each output's relevance is conserved when alpha + beta = 1 ("sum")
-    or alpha - beta = 1 ("difference"), up to the bias share and eps (added to |z+|, |z-|), except that an
-    output with contributions of one sign only loses the other share; with ``fallback`` ("sum" only, the
-    default) that share goes to the side that exists (the official code instead rescales each layer's
-    total). With "sum", alpha, beta >= 0, every transition weight is >= 0: positive relevance stays
-    positive. Vectorised through (x w)+ = x+ w+ + x- w- and (x w)- = x+ w- + x- w+ (no (din, dout)
-    tensor); ``z`` is unused (kept for the common signature). ``W`` may be batched (..., din, dout)."""
-    xpos, xneg = xp.maximum(x, 0), xp.minimum(x, 0)          # (..., din)
-    Wpos, Wneg = xp.maximum(W, 0), xp.minimum(W, 0)          # (din, dout)
-    X = xp.concatenate([xpos, xneg], -1)                     # (..., 2 din): both signs in one GEMM
-    zpos = _mm(X, xp.concatenate([Wpos, Wneg], -2))          # (..., dout) >= 0
-    zneg = _mm(X, xp.concatenate([Wneg, Wpos], -2))          # (..., dout) <= 0
-    if b is not None:
-        zpos, zneg = zpos + xp.maximum(b, 0), zneg + xp.minimum(b, 0)
-    upos, uneg = _ab_weights(zpos, zneg, R, alpha, beta, convention, eps, fallback)  # (*lead, ..., dout)
-    U = xp.concatenate([upos, uneg], -1)                     # (*lead, ..., 2 dout)
-    return (xpos * _mm(U, _swap(xp.concatenate([Wpos, Wneg], -1)))   # (*lead, ..., din)
-            + xneg * _mm(U, _swap(xp.concatenate([Wneg, Wpos], -1))))
-
-
-def residual_proportional(x, f, R, eps=DEFAULT_EPS):
-    """Residual y = x + f: each branch gets its share, R_x = x / y R_y, R_f = f / y R_y (Ding et al.
-    2017's rule for a sum; the-story-of-heads relprop_add). Conserves: R_x + R_f = R_y (up to eps)."""
-    s = _stab_div(R, x + f, eps)                             # (*lead, ..., d)
-    return x * s, f * s
-
-
-def layernorm_linear(x, y, rstd, g, R, eps=DEFAULT_EPS):
-    """LayerNorm y = g (x - mean x) rstd + b with rstd held constant (Ali et al. 2022, "LN-rule"): a
-    linear map y_j = sum_i x_i M_ij + b_j, M_ij = rstd g_j (delta_ij - 1/d), and the epsilon rule on it:
-
-        R_i = x_i rstd (g_i s_i - (1/d) sum_j g_j s_j),   s_j = R_j / (y_j + eps sign y_j).
-
-    z_j = y_j includes beta, so beta takes its share (lost). x (..., d), y (..., d), rstd (..., 1)."""
-    s = _stab_div(R, y, eps) * g                             # (*lead, ..., d)
-    return x * rstd * (s - s.mean(-1, keepdims=True))        # (*lead, ..., d)
-
-
-def layernorm_identity(x, y, rstd, g, R, eps=DEFAULT_EPS):
-    """LayerNorm as the identity, R_x = R_y: conserves exactly, bias or not (the normalisation is
-    treated as an element-wise rescaling whose relevance passes unchanged)."""
-    return R
-
-
-def residual_alphabeta(x, f, R, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS, fallback=True):
-    """Residual y = x + f under the alpha-beta rule (each element is a sum of two contributions x, f):
-    R_x = (a x+ / (x+ + f+) + b x- / (x- + f-)) R_y, likewise R_f; (a, b) as in :func:`linear_alphabeta`."""
-    xpos, xneg, fpos, fneg = xp.maximum(x, 0), xp.minimum(x, 0), xp.maximum(f, 0), xp.minimum(f, 0)
-    upos, uneg = _ab_weights(xpos + fpos, xneg + fneg, R, alpha, beta, convention, eps, fallback)
-    return xpos * upos + xneg * uneg, fpos * upos + fneg * uneg
-
-
-def layernorm_alphabeta(x, y, rstd, g, R, b=None, alpha=0.5, beta=0.5, convention="sum", eps=DEFAULT_EPS,
-                        fallback=True):
-    """LayerNorm with rstd held constant (the linear map M_ij = rstd g_j (delta_ij - 1/d)) under the
-    alpha-beta rule, contributions z_ij = x_i M_ij, i.e. x_i c_j off the diagonal (c_j = -rstd g_j / d)
-    and x_j D_j on it (D_j = rstd g_j (1 - 1/d)); beta ``b`` (the LN bias) in z+ / z- as for a linear
-    layer. Vectorised with S+- = sum_i x_i^+-:  sum_{i != j} (x_i c_j)+ = c_j+ (S+ - x_j+) + c_j- (S- - x_j-)."""
-    d = x.shape[-1]
-    xpos, xneg = xp.maximum(x, 0), xp.minimum(x, 0)          # (..., d)
-    c = -rstd * g / d                                        # (..., d) off-diagonal factor
-    D = rstd * g * (1.0 - 1.0 / d)                           # (..., d) diagonal factor
-    cpos, cneg = xp.maximum(c, 0), xp.minimum(c, 0)
-    Spos, Sneg = xpos.sum(-1, keepdims=True), xneg.sum(-1, keepdims=True)  # (..., 1)
-    diag = x * D                                             # (..., d) z_jj
-    zpos = cpos * (Spos - xpos) + cneg * (Sneg - xneg) + xp.maximum(diag, 0)  # (..., d)
-    zneg = cneg * (Spos - xpos) + cpos * (Sneg - xneg) + xp.minimum(diag, 0)
-    if b is not None:
-        zpos, zneg = zpos + xp.maximum(b, 0), zneg + xp.minimum(b, 0)
-    upos, uneg = _ab_weights(zpos, zneg, R, alpha, beta, convention, eps, fallback)  # (*lead, ..., d)
-    sum_ = lambda a: a.sum(-1, keepdims=True)                # noqa: E731
-    off = (xpos * (sum_(cpos * upos) - cpos * upos) + xneg * (sum_(cneg * upos) - cneg * upos)
-           + xpos * (sum_(cneg * uneg) - cneg * uneg) + xneg * (sum_(cpos * uneg) - cpos * uneg))
-    return off + xp.maximum(diag, 0) * upos + xp.minimum(diag, 0) * uneg
-
-
-def attention_values(A, Q, K, V, Z, scale, R, eps=DEFAULT_EPS, value_share=None):
-    """Attention with the weights held constant (Ali et al. 2022, "AH-rule"): Z_q = sum_k A_qk V_k is
-    linear in V, so the epsilon rule gives
-
-        R_V[k, c] = V_kc sum_q A_qk R_Z[q, c] / (Z_qc + eps sign Z_qc),   R_Q = R_K = 0.
-
-    A (B, H, Tq, Tk), V (B, H, Tk, dh), Z (B, H, Tq, dh), R (*lead, B, H, Tq, dh). Conserves exactly.
-    Returns (R_Q, R_K, R_V) with R_Q = R_K = None."""
-    s = _stab_div(R, Z, eps)                                 # (*lead, B, H, Tq, dh)
-    return None, None, V * (_swap(A) @ s)                    # (*lead, B, H, Tk, dh)
-
-
-def attention_values_alphabeta(A, Q, K, V, Z, scale, R, alpha=0.5, beta=0.5, convention="sum",
-                               eps=DEFAULT_EPS, fallback=True):
-    """Weights held constant, alpha-beta rule on Z_qc = sum_k A_qk V_kc: as A >= 0, the positive part of
-    a contribution is A_qk V+_kc, so z+ = A V+, z- = A V-, and R_V = V+ (A^T u+) + V- (A^T u-)."""
-    Vpos, Vneg = xp.maximum(V, 0), xp.minimum(V, 0)          # (B, H, Tk, dh)
-    upos, uneg = _ab_weights(A @ Vpos, A @ Vneg, R, alpha, beta, convention, eps, fallback)
-    At = _swap(A)                                            # (B, H, Tk, Tq)
-    return None, None, Vpos * (At @ upos) + Vneg * (At @ uneg)
-
-
-def attention_full(A, Q, K, V, Z, scale, R, eps=DEFAULT_EPS, value_share=0.5):
-    """Attention with relevance through queries and keys as well (the paper's code propagates through
-    all of q, k, v; this is a conserving simplification, not its Jacobian-times-input rule):
-
-    1. Z_qc = sum_k A_qk V_kc is bilinear in (A, V); the z-rule on either factor alone hands on all of
-       R_Z, so the value branch gets ``value_share`` and the weights the rest:
-           R_V[k, c] = w V_kc sum_q A_qk s_qc,   R_A[q, k] = (1 - w) A_qk sum_c V_kc s_qc,
-       s = R_Z / (Z + eps sign Z).
-    2. Softmax A = exp(S) / sum exp(S): exp is element-wise (relevance passes, as through ReLU) and the
-       row normaliser is held constant (as LayerNorm's std), so R_S = R_A.
-    3. S_qk = scale sum_c Q_qc K_kc is bilinear again: half to each factor, by the z-rule,
-           R_Q[q, c] = 1/2 Q_qc scale sum_k K_kc t_qk,   R_K[k, c] = 1/2 K_kc scale sum_q Q_qc t_qk,
-       t = R_S / (S + eps sign S) with S the unmasked scores (masked keys have A = 0, so R_S = 0).
-    Every step conserves (up to eps). Returns (R_Q, R_K, R_V) over (*lead, B, H, T, dh)."""
-    s = _stab_div(R, Z, eps)                                 # (*lead, B, H, Tq, dh)
-    R_V = value_share * V * (_swap(A) @ s)                   # (*lead, B, H, Tk, dh)
-    R_S = (1.0 - value_share) * A * (s @ _swap(V))           # (*lead, B, H, Tq, Tk)
-    S = (Q @ _swap(K)) * scale                               # (B, H, Tq, Tk) unmasked scores
-    t = _stab_div(R_S, S, eps)                               # (*lead, B, H, Tq, Tk)
-    R_Q = 0.5 * Q * ((t @ K) * scale)                        # (*lead, B, H, Tq, dh)
-    R_K = 0.5 * K * ((_swap(t) @ Q) * scale)                 # (*lead, B, H, Tk, dh)
-    return R_Q, R_K, R_V
-
-
-def elementwise_identity(R):
-    """Element-wise functions (ReLU, the per-head gate g_h Z_h): relevance passes unchanged, as in
-    Ding et al. 2017 and Bach et al. 2015 (a unit's output depends on its own input only)."""
-    return R
-
-
-def embedding_sum(R):
-    """Embedding lookup: the relevance of a token is the sum over its d input neurons (*lead, B, T)."""
-    return R.sum(-1)
-
-
-RULES = {
-    "linear": {"epsilon": linear_epsilon, "alphabeta": linear_alphabeta},
-    "residual": {"epsilon": residual_proportional, "alphabeta": residual_alphabeta},
-    "layernorm": {"linear": layernorm_linear, "linear_alphabeta": layernorm_alphabeta,
-                  "identity": layernorm_identity},
-    "attention": {"values": attention_values, "values_alphabeta": attention_values_alphabeta,
-                  "full": attention_full},
-    "elementwise": {"identity": elementwise_identity},
-    "embedding": {"sum": embedding_sum},
-}
-
-
 # --------------------------------------------------------------------------- options
 @dataclass
 class Rules:
-    """Which rules of :data:`RULES` are used, and their constants.
+    """Which family of :data:`RULES` is used, and its constants; the registry is what dispatches.
 
-    ``linear`` picks the family: "epsilon" (default; eps = 1e-6 only keeps z = 0 from dividing by zero,
-    eps = 0 is the paper's z-rule) or "alphabeta" (the official code's alpha = beta = 0.5 with convention
-    "sum"; alpha=2, beta=1, convention="difference" for Bach et al. / zennit). The family applies to
-    every linear-in-the-input operation: linear layers, the residual split, the LayerNorm map
-    (``layernorm="linear"``, default; or "identity") and the value path of attention
-    (``attention="values"``, default, weights constant). ``attention="full"`` also feeds queries and keys
-    (its internal splits always use the epsilon rule); ``value_share`` is its value-branch share."""
-    linear: str = "epsilon"
+    ``linear`` picks the family for every linear-in-the-input operation (linear layers, the residual split, the
+    LayerNorm map and the value path of attention): "z" (default, the paper's), "official" (the official
+    code's alpha-beta with bias spreading and per-layer rescaling), "epsilon" or "alphabeta" (``alpha``,
+    ``beta``, ``convention``, ``fallback``). ``layernorm="identity"`` passes relevance through LayerNorm
+    unchanged; ``attention="full"`` also feeds queries and keys (its internal splits are z / epsilon splits,
+    ``value_share`` to the values). ``eps`` None: the family's own (z: none; official: 1e-5; epsilon and
+    alpha-beta: 1e-6)."""
+    linear: str = "z"
     layernorm: str = "linear"
     attention: str = "values"
-    eps: float = DEFAULT_EPS
+    eps: float = None
     alpha: float = 0.5
     beta: float = 0.5
     convention: str = "sum"
@@ -286,11 +95,11 @@ class Rules:
     fallback: bool = True
 
     def __post_init__(self):
-        for kind, names in (("linear", RULES["linear"]), ("layernorm", ("linear", "identity")),
+        for kind, names in (("linear", FAMILIES), ("layernorm", ("linear", "identity")),
                             ("attention", ("values", "full"))):
             if getattr(self, kind) not in names:
                 raise LRPError(f"unknown {kind} rule {getattr(self, kind)!r}; choose one of {sorted(names)}")
-        if self.eps < 0:
+        if self.eps is not None and self.eps < 0:
             raise LRPError(f"eps must be >= 0, got {self.eps}")
         if not 0.0 <= self.value_share <= 1.0:
             raise LRPError(f"value_share must lie in [0, 1], got {self.value_share}")
@@ -298,34 +107,32 @@ class Rules:
             raise LRPError(f"alpha-beta convention must be 'sum' or 'difference', got {self.convention!r}")
 
     @property
-    def _ab(self):
-        return dict(alpha=self.alpha, beta=self.beta, convention=self.convention, eps=self.eps,
-                    fallback=self.fallback)
+    def consts(self):
+        """The constants handed to every rule (each takes the ones it names)."""
+        eps = self.eps if self.eps is not None else {"official": OFFICIAL_EPS}.get(self.linear, DEFAULT_EPS)
+        return dict(eps=eps, alpha=self.alpha, beta=self.beta, convention=self.convention,
+                    fallback=self.fallback, value_share=self.value_share)
+
+    def rule(self, layer):
+        """The registered function used for ``layer`` ("linear", "residual", "layernorm", "attention")."""
+        if layer == "layernorm" and self.layernorm == "identity":
+            return RULES["layernorm"]["identity"]
+        if layer == "attention" and self.attention == "full":
+            return RULES["attention"]["full_z" if self.linear == "z" else "full"]
+        return RULES[layer][self.linear]
 
     def lin(self, x, W, b, z, R):
-        if self.linear == "epsilon":
-            return linear_epsilon(x, W, b, z, R, self.eps)
-        return linear_alphabeta(x, W, b, z, R, **self._ab)
+        return call(self.rule("linear"), x, W, b, z, R, **self.consts)
 
     def ln(self, x, y, c_ln, R, b=None):
         xc, xhat, rstd, g = c_ln
-        if self.layernorm == "identity":
-            return layernorm_identity(x, y, rstd, g, R)
-        if self.linear == "epsilon":
-            return layernorm_linear(x, y, rstd, g, R, self.eps)
-        return layernorm_alphabeta(x, y, rstd, g, R, b, **self._ab)
+        return call(self.rule("layernorm"), x, y, rstd, g, R, b=b, **self.consts)
 
     def res(self, x, f, R):
-        if self.linear == "epsilon":
-            return residual_proportional(x, f, R, self.eps)
-        return residual_alphabeta(x, f, R, **self._ab)
+        return call(self.rule("residual"), x, f, R, **self.consts)
 
     def attn(self, A, Q, K, V, Z, scale, R):
-        if self.attention == "full":
-            return attention_full(A, Q, K, V, Z, scale, R, self.eps, self.value_share)
-        if self.linear == "epsilon":
-            return attention_values(A, Q, K, V, Z, scale, R, self.eps)
-        return attention_values_alphabeta(A, Q, K, V, Z, scale, R, **self._ab)
+        return call(self.rule("attention"), A, Q, K, V, Z, scale, R, **self.consts)
 
 
 # --------------------------------------------------------------------------- result
@@ -353,6 +160,21 @@ class Relevance:
     totals: dict
     n_start: object
     full: dict = field(default_factory=dict)
+
+
+class Pass(NamedTuple):
+    """What one backward relevance pass returns, with the starting-position axis T0 (if any) still LEADING:
+    the fields of :class:`Relevance` as per-layer lists (head, sublayer, full) and arrays, plus R0, the
+    starting relevance (*lead, B, T)."""
+    R0: object
+    head: dict
+    sublayer: dict
+    src: object
+    tgt: object
+    src_token: object
+    tgt_token: object
+    totals: dict
+    full: dict
 
 
 # --------------------------------------------------------------------------- propagation
@@ -476,7 +298,7 @@ def _start(cache, params, cfg, tgt_mask, rules, starts):
 
 
 def _propagate(params, cfg, cache, tgt_mask, rules, starts, keep_full):
-    """One backward relevance pass; returns the pieces of a :class:`Relevance` (T0 still leading)."""
+    """One backward relevance pass; returns a :class:`Pass` (T0 still leading)."""
     R0, R = _start(cache, params, cfg, tgt_mask, rules, starts)
     totals = {"logits": _tot(R0, 2), "dec_out": _tot(R, 3)}
     head = {k: [None] * cfg.n_layers(k) for k in KINDS}
@@ -539,7 +361,8 @@ def _propagate(params, cfg, cache, tgt_mask, rules, starts, keep_full):
         totals[f"enc{l}.self"] = _tot(R, 3) + _tot(tgt, 2)
     src, src_tok = _embedding_relprop(R, ec["emb"], rules)
     totals["src_emb"] = _tot(src, 2) + _tot(tgt, 2)
-    return R0, head, sub_tot, src, tgt, src_tok, tgt_tok, totals, full
+    return Pass(R0=R0, head=head, sublayer=sub_tot, src=src, tgt=tgt, src_token=src_tok, tgt_token=tgt_tok,
+                totals=totals, full=full)
 
 
 def _embedding_relprop(R, c_emb, rules):
@@ -568,28 +391,28 @@ def relevance(params, cfg, batch, per_position=False, chunk=None, keep_full=Fals
     _check_eval(cache)
     tgt_mask = xp.asarray(batch.tgt_mask)
     if not per_position:
-        parts = _propagate(params, cfg, cache, tgt_mask, rules, None, keep_full)
-        return _result(parts, lead=False)
+        return _result(_propagate(params, cfg, cache, tgt_mask, rules, None, keep_full), lead=False)
     T = logits.shape[1]
     step = T if chunk is None else int(chunk)
     if step < 1:
         raise LRPError(f"chunk must be a positive number of positions, got {chunk}")
     pieces = [_propagate(params, cfg, cache, tgt_mask, rules, list(range(t, min(t + step, T))), keep_full)
               for t in range(0, T, step)]
-    cat = lambda arrs: xp.concatenate(arrs, axis=0)          # noqa: E731  along T0 (leading)
-    R0 = cat([p[0] for p in pieces])
-    head = {k: [cat([p[1][k][l] for p in pieces]) for l in range(cfg.n_layers(k))] for k in KINDS}
-    sub_tot = {k: [cat([p[2][k][l] for p in pieces]) for l in range(cfg.n_layers(k))] for k in KINDS}
-    arrays = [cat([p[i] for p in pieces]) for i in (3, 4, 5, 6)]
-    totals = {s: cat([p[7][s] for p in pieces]) for s in pieces[0][7]}
-    full = ({k: [cat([p[8][k][l] for p in pieces]) for l in range(cfg.n_layers(k))] for k in KINDS}
-            if keep_full else {})
-    return _result((R0, head, sub_tot, *arrays, totals, full), lead=True)
+    cat = lambda arrs: xp.concatenate(arrs, axis=0)
+
+    def layers(name):
+        return {k: [cat([getattr(p, name)[k][l] for p in pieces]) for l in range(cfg.n_layers(k))]
+                for k in getattr(pieces[0], name)}
+    whole = Pass(R0=cat([p.R0 for p in pieces]), head=layers("head"), sublayer=layers("sublayer"),
+                 **{n: cat([getattr(p, n) for p in pieces]) for n in ("src", "tgt", "src_token", "tgt_token")},
+                 totals={s: cat([p.totals[s] for p in pieces]) for s in pieces[0].totals},
+                 full=layers("full") if keep_full else {})
+    return _result(whole, lead=True)
 
 
-def _result(parts, lead):
-    """Stack layers and move the starting-position axis T0 behind B."""
-    R0, head, sub_tot, src, tgt, src_tok, tgt_tok, totals, full = parts
+def _result(p, lead):
+    """Stack layers of a :class:`Pass` and move the starting-position axis T0 behind B."""
+    R0, head, sub_tot, totals, full = p.R0, p.head, p.sublayer, p.totals, p.full
     mv = (lambda a: xp.moveaxis(a, 0, 1)) if lead else (lambda a: a)
 
     def stack(lst, n_act):
@@ -600,7 +423,7 @@ def _result(parts, lead):
     return Relevance(
         head={k: stack(v, 2) for k, v in head.items()},
         sublayer={k: stack(v, 1) for k, v in sub_tot.items()},
-        src=mv(src), tgt=mv(tgt), src_token=mv(src_tok), tgt_token=mv(tgt_tok),
+        src=mv(p.src), tgt=mv(p.tgt), src_token=mv(p.src_token), tgt_token=mv(p.tgt_token),
         totals={s: mv(v) for s, v in totals.items()},
         n_start=R0.sum(axis=tuple(range(R0.ndim - 2)) + (R0.ndim - 1,)),
         full={k: [mv(a) for a in v] for k, v in full.items()})

@@ -1,58 +1,24 @@
-"""Layer-wise relevance propagation (minihead/lrp.py), float64.
+"""Layer-wise relevance propagation (minihead/lrp.py, minihead/lrp_rules.py), float64.
 
-Each fast (vectorised) rule is checked against a textbook version written with explicit Python loops
-over i and j; LRP-0 on a bias-free ReLU network against gradient x input; conservation layer by layer on
-toy encoder-decoders with every bias and LayerNorm beta zero; the head relevances against the relevance
-of their attention sublayer; per-position starts against all-at-once.
+Each fast (vectorised) rule is checked against its textbook twin in minihead/lrp_reference.py (explicit
+Python loops over i and j); LRP-0 on a bias-free ReLU network against gradient x input; conservation layer by
+layer on toy encoder-decoders: the paper's z-rule and the official code's variant with RANDOM biases and
+LayerNorm betas, the epsilon and alpha-beta families bias-free; the head relevances against the relevance of
+their attention sublayer; per-position starts against all-at-once.
 """
 import itertools
-from types import SimpleNamespace
 
 import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
-from test_model_grad import toy_batch  # tests/ is on sys.path under pytest
-
-from minihead import backend, lrp, model
-from minihead.layers import mha_forward
-
-F64 = "float64"
-
-
-def sgn(z):
-    return 1.0 if z >= 0 else -1.0
-
-
-def toy_model(pre_norm=True, shared=True, biases=False, seed=3, layers=2, heads=2):
-    """A float64 toy model with random LayerNorm gains; biases and betas random if ``biases`` else zero."""
-    cfg = model.Config(vocab_size=23, n_enc_layers=layers, n_dec_layers=layers, n_heads=heads, d_model=8,
-                       d_ff=12, dropout=0.1, shared_embeddings=shared, pre_norm=pre_norm, dtype=F64)
-    params = model.init_params(cfg, seed)
-    gen = np.random.default_rng(seed + 100)
-    for k in params:
-        if k.endswith(".g"):
-            params[k] = params[k] + gen.normal(0, 0.3, params[k].shape)
-        elif biases and k.endswith((".b", "b1", "b2", ".bq", ".bk", ".bv", ".bo")):
-            params[k] = params[k] + gen.normal(0, 0.1, params[k].shape)
-    return cfg, params
+from minihead import backend, lrp, lrp_rules, model
+from minihead import lrp_reference as ref
+from minihead.layers import layernorm_forward, mha_forward
+from minihead.lrp_reference import slow_alphabeta, slow_epsilon, toy_batch, toy_model
 
 
 # ----------------------------------------------------------------------------- rules vs loops
-def slow_epsilon(x, W, b, R, eps):
-    N, din = x.shape
-    dout = W.shape[1]
-    out = np.zeros_like(x)
-    for n in range(N):
-        for j in range(dout):
-            z = sum(x[n, i] * W[i, j] for i in range(din)) + b[j]
-            den = z + eps * sgn(z)
-            if den == 0:
-                continue
-            for i in range(din):
-                out[n, i] += x[n, i] * W[i, j] * R[n, j] / den
-    return out
-
 
 @pytest.mark.parametrize("eps", [0.0, 1e-2])
 def test_linear_epsilon_matches_loops(eps):
@@ -91,28 +57,6 @@ def test_linear_alphabeta_matches_loops(alpha, beta, conv):
         lrp.linear_alphabeta(x, W, b, None, R, convention="both")
 
 
-def slow_alphabeta(zc, bias, R, alpha, beta, conv, eps, fallback):
-    """Textbook alpha-beta on explicit contributions zc[n, i, j] (input i -> output j), bias[n, j]."""
-    N, I, J = zc.shape
-    out = np.zeros((N, I))
-    s = 1.0 if conv == "sum" else -1.0
-    for n in range(N):
-        for j in range(J):
-            zp = sum(max(zc[n, i, j], 0) for i in range(I)) + max(bias[n, j], 0)
-            zn = sum(min(zc[n, i, j], 0) for i in range(I)) + min(bias[n, j], 0)
-            a, b = alpha, s * beta
-            if fallback and zn == 0:
-                a, b = alpha + beta, 0.0
-            if fallback and zp == 0:
-                a, b = 0.0, alpha + beta
-            for i in range(I):
-                if zp + eps != 0:
-                    out[n, i] += a * max(zc[n, i, j], 0) / (zp + eps) * R[n, j]
-                if zn != 0:
-                    out[n, i] += b * min(zc[n, i, j], 0) / (zn - eps) * R[n, j]
-    return out
-
-
 @pytest.mark.parametrize("fallback", [True, False])
 def test_alphabeta_family_matches_loops(fallback):
     """Alpha-beta ('sum', 0.5 / 0.5) for a linear layer with one-signed outputs present, the residual
@@ -134,7 +78,6 @@ def test_alphabeta_family_matches_loops(fallback):
     want = slow_alphabeta(zc, np.zeros((12, 1)), R.reshape(-1, 1), 0.5, 0.5, "sum", eps, fallback)
     assert np.allclose(Rx.reshape(-1), want[:, 0]) and np.allclose(Rf.reshape(-1), want[:, 1])
     # layer norm
-    from minihead.layers import layernorm_forward
     d = 5
     x, gain, bb, R = g.normal(size=(3, d)) + 0.5, g.normal(size=d), g.normal(size=d) * 0.1, g.normal(size=(3, d))
     y, c = layernorm_forward(x, gain, bb)
@@ -150,6 +93,73 @@ def test_alphabeta_family_matches_loops(fallback):
         zc = (V[b, h, :, cc][:, None] * A[b, h].T)[None]                     # (1, k, q)
         want = slow_alphabeta(zc, np.zeros((1, Tq)), R[b, h, :, cc][None], 0.5, 0.5, "sum", eps, fallback)
         assert np.allclose(RV[b, h, :, cc], want[0], atol=1e-10)
+
+
+def test_linear_z_matches_loops_and_conserves_with_bias():
+    """The paper's rule (Ding et al. 2017): R_i = sum_j x_i w_ij R_j / sum_i' x_i' w_i'j, the bias NOT an input,
+    against its slow twin; sum_i R_i = sum_j R_j to 1e-12 with a random bias (the epsilon rule with the same
+    bias loses its share); the same rule on a batched weight (one (d, 1) matrix per row, the output layer)."""
+    g = np.random.default_rng(40)
+    x, W, b, R = g.normal(size=(4, 5)), g.normal(size=(5, 3)), g.normal(size=3), g.normal(size=(4, 3))
+    fast = lrp.linear_z(x, W, b, x @ W + b, R)
+    assert np.allclose(fast, ref.slow_linear_z(x, W, R), atol=1e-12)
+    assert np.allclose(fast.sum(-1), R.sum(-1), atol=1e-12)
+    assert not np.allclose(lrp.linear_epsilon(x, W, b, None, R, 0.0).sum(-1), R.sum(-1), atol=1e-3)
+    Wb = g.normal(size=(4, 5, 1))
+    Rb = g.normal(size=(4, 1, 1))
+    fast_b = lrp.linear_z(x[:, None, :], Wb, None, None, Rb)                  # (4, 1, 5)
+    for n in range(4):
+        assert np.allclose(fast_b[n], ref.slow_linear_z(x[n:n + 1], Wb[n], Rb[n]), atol=1e-12)
+
+
+def test_layernorm_z_matches_loops_and_conserves():
+    """LayerNorm with rstd held constant, y_j = sum_i x_i M_ij + b_j, M_ij = rstd g_j (delta_ij - 1/d), under the
+    z-rule (beta not an input): R_i = x_i rstd (g_i s_i - mean_j g_j s_j), s_j = R_j / (y_j - b_j), against its
+    slow twin; conserving to 1e-12 with a random beta."""
+    g = np.random.default_rng(41)
+    x, gain, bb, R = g.normal(size=(3, 5)) + 0.3, g.normal(size=5), g.normal(size=5), g.normal(size=(3, 5))
+    y, c = layernorm_forward(x, gain, bb)
+    fast = lrp.layernorm_z(x, y, c[2], gain, R, bb)
+    assert np.allclose(fast, ref.slow_layernorm_z(x, gain, bb, R), atol=1e-10)
+    assert np.allclose(fast.sum(-1), R.sum(-1), atol=1e-12)
+    Rx, Rf = lrp.residual_z(x, y, R)
+    assert np.allclose(Rx + Rf, R, atol=1e-12)
+    A, Q, K, V, Z, scale, RZ = _attn_inputs(42)
+    _, _, RV = lrp.attention_values_z(A, Q, K, V, Z, scale, RZ)
+    assert np.allclose(RV, ref.slow_attention_values(A, V, RZ), atol=1e-10)
+
+
+def test_official_rules_match_loops_and_conserve():
+    """The official code's variant against its slow twins: impacts z_ij = J_ji x_i + f(0)_j / n_in (bias, or LN
+    beta, spread over the inputs), alpha = beta = 0.5 normalised apart with eps = 1e-5, then each token row
+    (each sentence and head in attention) rescaled to the output's sum |R|: linear (shared and batched
+    weight), residual, LayerNorm with its TRUE Jacobian, attention value path. Every rule conserves sum |R|
+    per row to 1e-12, and nonnegative relevance stays nonnegative."""
+    g = np.random.default_rng(43)
+    x, W, b, R = g.normal(size=(4, 5)), g.normal(size=(5, 3)), g.normal(size=3), np.abs(g.normal(size=(4, 3)))
+    fast = lrp.linear_official(x, W, b, None, R)
+    assert np.allclose(fast, ref.slow_linear_official(x, W, b, R), atol=1e-12)
+    assert np.allclose(np.abs(fast).sum(-1), np.abs(R).sum(-1), atol=1e-12) and fast.min() >= 0
+    Wb, bsel, Rb = g.normal(size=(4, 5, 1)), g.normal(size=(4, 1, 1)), np.abs(g.normal(size=(4, 1, 1)))
+    fast_b = lrp.linear_official(x[:, None, :], Wb, bsel, None, Rb)          # (4, 1, 5)
+    for n in range(4):
+        want = ref.slow_linear_official(x[n:n + 1], Wb[n], bsel[n, 0], Rb[n])
+        assert np.allclose(fast_b[n], want, atol=1e-12)
+    xr, fr, Rr = g.normal(size=(3, 4)), g.normal(size=(3, 4)), np.abs(g.normal(size=(3, 4)))
+    Rx, Rf = lrp.residual_official(xr, fr, Rr)
+    sx, sf = ref.slow_residual_official(xr, fr, Rr)
+    assert np.allclose(Rx, sx, atol=1e-12) and np.allclose(Rf, sf, atol=1e-12)
+    assert np.allclose(np.abs(Rx).sum(-1) + np.abs(Rf).sum(-1), Rr.sum(-1), atol=1e-12)
+    xl, gain, bb, Rl = g.normal(size=(3, 5)) + 0.3, g.normal(size=5), g.normal(size=5), np.abs(g.normal(size=(3, 5)))
+    y, c = layernorm_forward(xl, gain, bb)
+    fast_ln = lrp.layernorm_official(xl, y, c[2], gain, Rl, bb)
+    assert np.allclose(fast_ln, ref.slow_layernorm_official(xl, gain, bb, Rl), atol=1e-10)
+    assert np.allclose(np.abs(fast_ln).sum(-1), Rl.sum(-1), atol=1e-12)
+    A, Q, K, V, Z, scale, RZ = _attn_inputs(44)
+    RZ = np.abs(RZ)
+    _, _, RV = lrp.attention_values_official(A, Q, K, V, Z, scale, RZ)
+    assert np.allclose(RV, ref.slow_attention_values_official(A, V, RZ), atol=1e-10)
+    assert np.allclose(np.abs(RV).sum((-1, -2)), RZ.sum((-1, -2)), atol=1e-12)
 
 
 def test_alphabeta_conserves_when_both_signs_present():
@@ -179,7 +189,6 @@ def test_residual_matches_loops():
 def test_layernorm_linear_matches_loops():
     """LN with the std held fixed is y_j = sum_i x_i M_ij + b_j, M_ij = rstd g_j (delta_ij - 1/d); the
     rule is R_i = sum_j x_i M_ij R_j / (y_j + eps sign y_j); conserves when b = 0."""
-    from minihead.layers import layernorm_forward
     g_ = np.random.default_rng(4)
     x, gain, beta, R = g_.normal(size=(3, 5)) + 0.7, g_.normal(size=5), g_.normal(size=5), g_.normal(size=(3, 5))
     for bb in (beta, 0 * beta):
@@ -266,10 +275,27 @@ def test_rules_broadcast_over_leading_axes():
 
 
 def test_registry_and_bad_names():
-    """Every rule is reachable by name; unknown names and bad constants raise LRPError."""
+    """Every rule is registered by layer type and family, and Rules dispatches through the registry (a rule
+    swapped in the registry is the one called); the default family is the paper's z-rule; unknown names and
+    bad constants raise LRPError."""
     assert set(lrp.RULES) == {"linear", "residual", "layernorm", "attention", "elementwise", "embedding"}
+    for layer in ("linear", "residual", "layernorm", "attention"):
+        assert set(lrp_rules.FAMILIES) <= set(lrp.RULES[layer]), layer
     assert lrp.RULES["linear"]["epsilon"] is lrp.linear_epsilon
-    assert lrp.RULES["attention"]["values"] is lrp.attention_values
+    assert lrp.RULES["linear"]["z"] is lrp.linear_z and lrp.RULES["linear"]["official"] is lrp.linear_official
+    assert lrp.RULES["attention"]["epsilon"] is lrp.attention_values
+    rules = lrp.Rules()
+    assert rules.linear == "z" and rules.rule("layernorm") is lrp.layernorm_z
+    assert lrp.Rules(linear="official").rule("attention") is lrp.attention_values_official
+    assert lrp.Rules(layernorm="identity").rule("layernorm") is lrp.layernorm_identity
+    calls = []
+    saved = lrp.RULES["linear"]["z"]
+    try:
+        lrp.RULES["linear"]["z"] = lambda x, W, b, z, R: calls.append(1) or R
+        rules.lin(np.ones((1, 2)), np.ones((2, 2)), None, None, np.ones((1, 2)))
+    finally:
+        lrp.RULES["linear"]["z"] = saved
+    assert calls == [1]
     with pytest.raises(lrp.LRPError, match="unknown attention rule"):
         lrp.Rules(attention="softmax")
     with pytest.raises(lrp.LRPError, match="eps"):
@@ -322,7 +348,7 @@ def test_attention_layer_constant_weights_by_hand():
     bias = np.zeros((B, 1, 1, T))
     out, c = mha_forward(x, x, p, bias, H, gate)
     R = g.normal(size=out.shape)
-    R_Z, R_q, R_kv = lrp._mha_relprop(R, c, out, p, lrp.Rules(eps=0.0))
+    R_Z, R_q, R_kv = lrp._mha_relprop(R, c, out, p, lrp.Rules())
     assert isinstance(R_q, float) and R_q == 0.0             # no relevance through the queries
     cat, A, Vh, v = c["concat"][0], c["A"][0], c["V"][0], x[0] @ p["Wv"]
     Rcat = np.zeros((T, d))
@@ -347,14 +373,15 @@ CONFIGS = [(True, True, "values"), (True, True, "full"), (False, False, "values"
 @pytest.mark.parametrize("pre_norm,shared,attention", CONFIGS,
                          ids=[f"{'pre' if a else 'post'}-{'shared' if b else 'sep'}-{c}" for a, b, c in CONFIGS])
 def test_conservation_bias_free(pre_norm, shared, attention, record_property):
-    """With every bias and LN beta zero and eps = 0, the total relevance after every stage equals the
-    number of real target positions of each sentence (1 per position), and the source plus target
-    embeddings receive exactly that; the drift with biases on is recorded (and printed)."""
+    """Epsilon family (eps = 0): with every bias and LN beta zero the total relevance after every stage equals
+    the number of real target positions of each sentence (1 per position), and the source plus target
+    embeddings receive exactly that; with biases on, the biases absorb a share (drift recorded and printed:
+    why the paper's z-rule leaves the bias out of the denominator)."""
     gen = np.random.default_rng(12)
     cfg, params = toy_model(pre_norm, shared, biases=False)
     batch = toy_batch(gen, cfg.vocab_size)
     n_real = batch.tgt_mask.sum(1).astype(float)             # (B,)
-    r = lrp.relevance(params, cfg, batch, eps=0.0, attention=attention)
+    r = lrp.relevance(params, cfg, batch, linear="epsilon", eps=0.0, attention=attention)
     assert np.array_equal(r.n_start, n_real)
     stages = list(r.totals)
     assert stages[0] == "logits" and stages[-1] == "src_emb" and len(stages) >= 3 * cfg.n_dec_layers + 2 * cfg.n_enc_layers
@@ -366,11 +393,36 @@ def test_conservation_bias_free(pre_norm, shared, attention, record_property):
     assert np.abs(r.src_token - r.src).max() > 1e-3 and np.abs(r.src_token[0, 4:]).max() == 0.0
 
     cfg_b, params_b = toy_model(pre_norm, shared, biases=True)
-    rb = lrp.relevance(params_b, cfg_b, batch, eps=0.0, attention=attention)
+    rb = lrp.relevance(params_b, cfg_b, batch, linear="epsilon", eps=0.0, attention=attention)
     drift = float(np.abs((rb.src.sum(1) + rb.tgt.sum(1)) - n_real).max() / n_real.max())
     record_property("relative_drift_with_biases", drift)
     print(f"relative drift of total relevance with biases on ({pre_norm=}, {attention=}): {drift:.3g}")
     assert np.isfinite(drift) and drift > 1e-6              # biases do absorb relevance
+
+
+BIAS_CONFIGS = [(True, True, "z", "values"), (False, False, "z", "values"), (True, False, "z", "full"),
+                (True, True, "official", "values"), (False, False, "official", "values")]
+
+
+@pytest.mark.parametrize("pre_norm,shared,linear,attention", BIAS_CONFIGS,
+                         ids=[f"{'pre' if a else 'post'}-{'shared' if b else 'sep'}-{c}-{d}" for a, b, c, d in BIAS_CONFIGS])
+def test_conservation_with_random_biases(pre_norm, shared, linear, attention):
+    """The paper's z-rule (bias not an input) and the official variant (bias spread over the inputs, every layer
+    rescaled) conserve relevance with RANDOM biases and LayerNorm betas: after every stage the total equals the
+    number of real target positions of each sentence to 1e-6, the source plus target embeddings receive exactly
+    that, and the relevance of a layer's heads sums to that of its attention sublayer (b^O takes nothing)."""
+    cfg, params = toy_model(pre_norm, shared, biases=True)
+    batch = toy_batch(np.random.default_rng(45), cfg.vocab_size)
+    n_real = batch.tgt_mask.sum(1).astype(float)
+    r = lrp.relevance(params, cfg, batch, linear=linear, attention=attention)
+    for stage, tot in r.totals.items():
+        assert np.allclose(tot, n_real, atol=1e-6), (stage, tot, n_real)
+    assert np.allclose(r.src.sum(1) + r.tgt.sum(1), n_real, atol=1e-6)
+    for k in lrp.KINDS:
+        assert np.allclose(r.head[k].sum(-1), r.sublayer[k], atol=1e-6), k
+        assert np.abs(r.sublayer[k]).max() > 1e-3, k
+    if linear == "official":                                  # nonnegative transitions: nothing negative
+        assert min(float(r.head[k].min()) for k in lrp.KINDS) >= -1e-12 and r.src.min() >= -1e-12
 
 
 @pytest.mark.parametrize("pre_norm,shared", [(True, True), (False, False)], ids=["pre-shared", "post-sep"])
@@ -452,7 +504,7 @@ def test_bench_relevance_ratio():
     assert isinstance(ratio, float) and 0 < ratio < 100
 
 
-@pytest.mark.parametrize("linear", ["epsilon", "alphabeta"])
+@pytest.mark.parametrize("linear", ["z", "official", "epsilon", "alphabeta"])
 def test_float32_model_gives_float32_relevance(linear):
     """No silent upcast: a float32 model's relevances stay float32 (memory and speed of the pass)."""
     cfg = model.Config(vocab_size=23, n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=8, d_ff=12)
