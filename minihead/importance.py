@@ -1,9 +1,10 @@
 """Head importance: LRP relevance, confidence, Michel et al.'s gradient score and single-head ablation.
 
-Voita et al. 2019, sec. 4: a head's importance is its LRP relevance (summed over its output neurons,
-normalised over the heads of its layer, averaged over the target positions of the dev set); its
-confidence is the mean of its largest attention weight. Michel et al. 2019 score a head by the expected
-|d loss / d xi_h| at head mask xi = 1. Every function returns ``dict kind -> (L, H)`` with kinds
+Voita et al. 2019, sec. 4 and appendix A.3: a head's importance for one prediction is its LRP relevance
+(summed over its output neurons, normalised over the heads of its layer); its importance is the average of
+that over all generation steps of the dev set. Its confidence is the mean of its largest attention weight.
+Michel et al. 2019 score a head by the expected |d loss / d xi_h| at head mask xi = 1, and (their sec. 3)
+by the BLEU drop when the single head is masked. Every function returns ``dict kind -> (L, H)`` with kinds
 "enc" (encoder self-attention), "dec_self" and "dec_enc" (decoder-encoder attention); layers and heads
 are 0-based.
 """
@@ -17,12 +18,11 @@ from .errors import MiniheadError
 
 KINDS = lrp.KINDS
 
-# head_relevance's rule family unless the caller names one: the official code's alpha-beta rule
-# (alpha = beta = 0.5, "sum"). Its transition weights are >= 0, so head shares lie in [0, 1]; the
-# epsilon / z-rule family is signed, and on a trained toy model (tests' toy copy task, 2 x 4 heads) its
-# per-layer shares ranged from -13 to 7 and per-position vs summed rankings disagreed (rho -0.8..0.6),
-# while alpha-beta gave shares 0.18-0.35 with the two normalisations within 0.005.
-DEFAULT_RULES = {"linear": "alphabeta"}
+# head_relevance's rule family unless the caller names one: the paper's z-rule (lrp.Rules' default; Ding et
+# al. 2017, appendix A), which conserves relevance. It is signed, so a head's share of its layer can be
+# negative or above 1 where the heads' relevances nearly cancel; linear="official" (alpha = beta = 0.5, bias
+# spread, per-layer rescaling, the official code's variant) keeps every share in [0, 1].
+DEFAULT_RULES = {"linear": "z"}
 
 
 class ImportanceError(MiniheadError, ValueError):
@@ -40,18 +40,19 @@ def _normalise_rows(M):
 
 
 # --------------------------------------------------------------------------- LRP relevance
-def head_relevance(params, cfg, batches, per_position=False, chunk=None, **rule_options):
-    """Voita et al. 2019's head relevance, dict kind -> (L, H), each row (layer) summing to 1.
+def head_relevance(params, cfg, batches, per_position=True, chunk=None, **rule_options):
+    """Voita et al. 2019's head relevance (appendix A.3), dict kind -> (L, H), each row (layer) summing to 1:
 
-    ``per_position=True`` is paper-exact: relevance starts at each target position separately (total 1),
-    each position's head relevances are normalised over the heads of each layer, and the normalised
-    values are averaged over all real target positions of the data (cost ~ T relevance passes per
-    batch). ``per_position=False`` (default, one pass per batch, at most ~3x forward+backward) starts
-    all positions at once and normalises the relevance SUMMED over all positions of the data, i.e. a
-    per-position average weighted by how much relevance each position sends through the layer.
+        rel[l, h] = mean over real target positions t of  r_t[l, h] / sum_h' r_t[l, h'],
+
+    r_t[l, h] the relevance of head h's output neurons when relevance starts at the top-1 logit of step t only.
+    ``per_position=True`` (default, the paper's definition): each generation step is its own relevance pass
+    (a leading axis T0, ``chunk`` steps per pass; cost ~ T passes per batch). ``per_position=False``: one pass
+    from all steps at once, normalising the relevance SUMMED over all steps, i.e. a per-step average weighted
+    by how much relevance each step sends through the layer (cheaper; not the paper's).
     ``rule_options`` go to :func:`minihead.lrp.relevance` (rules of :class:`minihead.lrp.Rules`, and
-    ``gates`` for a pruned model); the rule family defaults to :data:`DEFAULT_RULES` (alpha-beta), not
-    to lrp's epsilon default; pass ``linear="epsilon"`` for the z-rule."""
+    ``gates`` for a pruned model); the rule family defaults to :data:`DEFAULT_RULES` (the paper's z-rule);
+    ``linear="official"`` is the official code's variant."""
     rule_options = {**DEFAULT_RULES, **rule_options}
     acc = {k: xp.zeros((cfg.n_layers(k), cfg.n_heads), dtype="float64") for k in KINDS}
     n = 0
@@ -85,7 +86,8 @@ def head_confidence(params, cfg, batches):
       dec_self  queries: all real decoder-input tokens (BOS + y, which holds no EOS); keys: the same,
                 BOS included (causal)
       dec_enc   queries: all real decoder-input tokens; keys: source tokens except EOS
-    The mean is pooled over all query tokens of all batches."""
+    The mean is pooled over all query tokens of all batches. On a model without BPE the "enc" row equals
+    :func:`minihead.roles.confidence` of :func:`minihead.analysis.encoder_word_maps` (tested): one definition."""
     sums = {k: xp.zeros((cfg.n_layers(k), cfg.n_heads), dtype="float64") for k in KINDS}
     counts = dict.fromkeys(KINDS, 0)
     for batch in batches:
@@ -150,7 +152,8 @@ def _split_rows(batch):
 def ablation_bleu_drop(params, cfg, vocab, src_sents, ref_sents, kinds=("enc",), translate_fn=None,
                        bleu_fn=None, beam=1):
     """BLEU drop when each single head is switched off (its gate 0, every other gate 1), dict kind ->
-    (L, H): BLEU(all heads) - BLEU(without head h of layer l). Voita et al. 2019, sec. 4 / Figure 2.
+    (L, H): BLEU(all heads) - BLEU(without head h of layer l). This is Michel et al. 2019's measure (sec. 3.2,
+    "ablating one head"), not one of Voita et al.'s; here it is a check on the relevance ranking.
 
     ``translate_fn(params, cfg, vocab, src_token_lists, gates=None, beam=1) -> token lists`` and
     ``bleu_fn(hyp_token_lists, ref_token_lists) -> float`` (corpus BLEU) default to

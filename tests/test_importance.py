@@ -6,10 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from minihead import importance, lrp, model
-from minihead.data.vocab import BOS, EOS
-
-from test_lrp import toy_batch, toy_model
+from minihead import analysis, importance, lrp, model, roles
+from minihead.data.vocab import BOS, EOS, Vocab, batches
+from minihead.lrp_reference import toy_batch, toy_model
 
 
 def eos_batch(gen, V, B=3, S=6, T=5):
@@ -25,7 +24,8 @@ def eos_batch(gen, V, B=3, S=6, T=5):
 # ----------------------------------------------------------------------------- LRP relevance
 @pytest.mark.parametrize("per_position", [False, True])
 def test_head_relevance_rows_sum_to_one(per_position):
-    """Every layer's head relevances are shares summing to 1, shapes (L, H), same numbers on a rerun."""
+    """Every layer's head relevances are shares summing to 1 (per position then averaged, or summed then
+    normalised), shapes (L, H), same numbers on a rerun."""
     cfg, params = toy_model()
     gen = np.random.default_rng(20)
     batches = [eos_batch(gen, cfg.vocab_size) for _ in range(2)]
@@ -38,37 +38,47 @@ def test_head_relevance_rows_sum_to_one(per_position):
     assert all(np.array_equal(rel[k], again[k]) for k in rel)
 
 
-def test_head_relevance_definitions():
-    """per_position=True: mean over real (sentence, position) of r[l, h] / sum_h r[l, h] per position;
-    per_position=False: (sum over positions of r[l, h]) / (sum over positions and heads). The rule family
-    defaults to alpha-beta (importance.DEFAULT_RULES); an explicit linear="epsilon" is honoured."""
-    cfg, params = toy_model()
-    b = eos_batch(np.random.default_rng(21), cfg.vocab_size)
-    rp = lrp.relevance(params, cfg, b, per_position=True, linear="alphabeta")
-    r = lrp.relevance(params, cfg, b, linear="alphabeta")
-    exact = importance.head_relevance(params, cfg, [b], per_position=True)
-    summed = importance.head_relevance(params, cfg, [b])
-    r_eps = lrp.relevance(params, cfg, b, linear="epsilon")
-    summed_eps = importance.head_relevance(params, cfg, [b], linear="epsilon")
-    for k in importance.KINDS:
-        tot = r_eps.head[k].sum(1)
-        assert np.allclose(summed_eps[k], tot / tot.sum(-1, keepdims=True))
-        assert 0 <= exact[k].min() and exact[k].max() <= 1
-    for k in importance.KINDS:
-        h = rp.head[k]                                       # (L, B, T0, H)
-        want = np.zeros(h.shape[::3])
-        n = 0
+def _per_prediction(rp, mask):
+    """The paper's head relevance by loops (appendix A.3): for each real (sentence, step), r[l, h] / sum_h r[l, h],
+    averaged over those steps. rp.head[k]: (L, B, T0, H)."""
+    out = {}
+    for k, h in rp.head.items():
+        want, n = np.zeros(h.shape[::3]), 0
         for bi in range(h.shape[1]):
             for t in range(h.shape[2]):
-                if b.tgt_mask[bi, t]:
+                if mask[bi, t]:
                     want += h[:, bi, t] / h[:, bi, t].sum(-1, keepdims=True)
                     n += 1
-        assert np.allclose(exact[k], want / n)
+        out[k] = want / n
+    return out
+
+
+def test_head_relevance_definitions():
+    """Default (the paper's, appendix A.3): relevance started at each generation step alone, normalised over the
+    heads of each layer per step, then averaged over the real steps, under the paper's z-rule; per_position=
+    False: (sum over steps of r[l, h]) / (sum over steps and heads), which differs. linear="official" is
+    honoured and gives shares in [0, 1]."""
+    cfg, params = toy_model(biases=True)
+    b = eos_batch(np.random.default_rng(21), cfg.vocab_size)
+    default = importance.head_relevance(params, cfg, [b])
+    want = _per_prediction(lrp.relevance(params, cfg, b, per_position=True, linear="z"), b.tgt_mask)
+    r = lrp.relevance(params, cfg, b, linear="z")
+    summed = importance.head_relevance(params, cfg, [b], per_position=False)
+    official = importance.head_relevance(params, cfg, [b], linear="official")
+    want_off = _per_prediction(lrp.relevance(params, cfg, b, per_position=True, linear="official"), b.tgt_mask)
+    differs = False
+    for k in importance.KINDS:
+        assert np.allclose(default[k], want[k])
         tot = r.head[k].sum(1)
         assert np.allclose(summed[k], tot / tot.sum(-1, keepdims=True))
+        differs |= not np.allclose(summed[k], default[k], atol=1e-3)
+        assert np.allclose(official[k], want_off[k])
+        assert 0 <= official[k].min() and official[k].max() <= 1
+    assert differs, "per-prediction normalisation is not the same number as normalising the sum"
 
 
 def test_head_relevance_no_positions_raises():
+    """Batches without a single real target position are an error, not a division by zero."""
     cfg, params = toy_model(layers=1)
     b = toy_batch(np.random.default_rng(22), cfg.vocab_size)
     b.tgt_mask[:] = False
@@ -93,6 +103,24 @@ def test_confidence_of_uniform_attention():
     assert np.allclose(conf["enc"], enc)
     assert np.allclose(conf["dec_self"], np.mean(dec_self))
     assert np.allclose(conf["dec_enc"], np.mean(dec_enc))
+
+
+def test_confidence_agrees_with_roles_confidence():
+    """One definition of confidence: on a model without BPE, importance.head_confidence (model tokens, EOS left
+    out on both sides) gives the same encoder numbers as roles.confidence over analysis.encoder_word_maps (word
+    maps with the EOS row and column cut), on sentences of several lengths."""
+    cfg, params = toy_model(biases=True)
+    gen = np.random.default_rng(24)
+    words = [f"w{i}" for i in range(cfg.vocab_size - 4)]
+    sents = [[words[int(j)] for j in gen.integers(0, len(words), n)] for n in (3, 5, 6, 2, 4)]
+    vocab = Vocab.build([words])
+    assert len(vocab) == cfg.vocab_size
+    ids = [vocab.encode(s) for s in sents]
+    bs = list(batches(ids, [[5] for _ in ids], 4000))
+    via_importance = importance.head_confidence(params, cfg, bs)["enc"]
+    via_roles = roles.confidence(analysis.encoder_word_maps(params, cfg, vocab, sents))
+    assert np.allclose(via_importance, via_roles, atol=1e-12)
+    assert np.ptp(via_roles) > 1e-3                          # heads differ: the comparison has content
 
 
 def test_confidence_leaves_eos_out(monkeypatch):
