@@ -134,11 +134,11 @@ class RolesReport:
     words: list            # token list of every sentence (the trees' forms, as given to the model)
     maps: list             # (L, H, W, W) encoder self-attention over words, per sentence
     confidence: object     # (L, H) mean largest weight (roles.confidence)
-    shares: object         # (L, H, 2) argmax at offset -1 / +1, over all queries
-    shares_possible: object  # (L, H, 2) the same over the queries where the offset exists
-    positional: dict       # {(l, h): -1 or +1} at the 0.9 threshold (on ``shares``)
-    acc: dict              # {(rel, dir): (L, H)} syntactic accuracy
-    counts: dict           # {(rel, dir): arcs}
+    shares: object         # (L, H, 2) argmax at offset -1 / +1, over all queries (shown beside)
+    shares_possible: object  # (L, H, 2) the same over the queries where the offset exists (the criterion)
+    positional: dict       # {(l, h): -1 or +1} at the 0.9 threshold (on ``shares_possible``)
+    acc: dict              # {(rel, dir): (L, H)} syntactic accuracy per query token
+    counts: dict           # {(rel, dir): query tokens with a relative}
     baseline: dict         # {(rel, dir): best fixed-offset accuracy}
     offsets: dict          # {(rel, dir): that offset}
     syntactic: dict        # {(rel, dir): [(l, h), ...]} heads >= baseline + 10 points, best first
@@ -168,8 +168,9 @@ def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_w
     ``top_n``: the N of "rarest token outside the N most frequent" (default
     :func:`minihead.roles.default_top_n` of the number of word types in ``src_freq``). ``match``:
     label matching of :func:`minihead.roles.dependency_arcs` ("exact": ``nsubj`` without
-    ``nsubj:pass``). Positional heads use the all-queries denominator (the stricter one; see
-    :func:`minihead.roles.positional_shares`); ``shares_possible`` is reported beside it.
+    ``nsubj:pass``). Positional heads are judged on the queries where the offset exists
+    (``shares_possible``, :func:`minihead.roles.positional_shares`' default), the all-queries ``shares`` shown
+    beside; syntactic accuracy and its offset baseline count query tokens (sec. 5.2).
     """
     trees = list(trees)
     if not trees:
@@ -180,7 +181,7 @@ def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_w
     words = [list(t.tokens) for t in trees]
     maps = encoder_word_maps(params, cfg, vocab, words, bpe, from_word, max_tokens)
     confidence = roles.confidence(maps)
-    shares = roles.positional_shares(maps)
+    shares = roles.positional_shares(maps, possible_only=False)
     shares_possible = roles.positional_shares(maps, possible_only=True)
     acc, counts = roles.syntactic_accuracy(maps, trees, match=match)
     baseline, offsets = roles.offset_baseline(trees, match=match)
@@ -194,10 +195,10 @@ def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_w
     return RolesReport(
         n_layers=cfg.n_enc_layers, n_heads=cfg.n_heads, words=words, maps=maps,
         confidence=confidence, shares=shares, shares_possible=shares_possible,
-        positional=roles.positional_heads(shares), acc=acc, counts=counts, baseline=baseline,
+        positional=roles.positional_heads(shares_possible), acc=acc, counts=counts, baseline=baseline,
         offsets=offsets, syntactic=roles.syntactic_heads(acc, baseline),
         table=roles.table1(acc, baseline, counts), rare=rare,
-        roles=roles.classify_heads(shares, acc, baseline, rare),
+        roles=roles.classify_heads(shares_possible, acc, baseline, rare),
         n_words=sum(len(w) for w in words), n_unknown=len(unknown_words(vocab, words, bpe)))
 
 
@@ -209,15 +210,15 @@ def _roles_text(report, lh):
 
 
 def format_positional(report):
-    """Markdown: per head its confidence, the argmax shares at -1 and +1 (all queries, and in
-    brackets over the queries where the offset exists) and its roles."""
+    """Markdown: per head its confidence, the argmax shares at -1 and +1 over the queries where the offset
+    exists (the criterion), in brackets over all queries, and its roles."""
     conf, sh, shp = (backend.to_host(a) for a in (report.confidence, report.shares,
                                                   report.shares_possible))
     lines = ["| layer | head | confidence | share -1 | share +1 | roles |", "|---|---|---|---|---|---|"]
     for l in range(report.n_layers):
         for h in range(report.n_heads):
-            lines.append(f"| {l} | {h} | {conf[l, h]:.2f} | {sh[l, h, 0]:.2f} ({shp[l, h, 0]:.2f}) "
-                         f"| {sh[l, h, 1]:.2f} ({shp[l, h, 1]:.2f}) | {_roles_text(report, (l, h))} |")
+            lines.append(f"| {l} | {h} | {conf[l, h]:.2f} | {shp[l, h, 0]:.2f} ({sh[l, h, 0]:.2f}) "
+                         f"| {shp[l, h, 1]:.2f} ({sh[l, h, 1]:.2f}) | {_roles_text(report, (l, h))} |")
     return "\n".join(lines)
 
 
@@ -256,7 +257,7 @@ def plot_scores(report, axes=None):
         w = 0.7 * report.n_heads + 1.8
         _, axes = plt.subplots(1, 4, figsize=(4 * w, 0.5 * report.n_layers + 1.6))
     roles.plot_head_scores(report.confidence, "confidence", ax=axes[0], vmin=0, vmax=1)
-    roles.plot_head_scores(xp.max(report.shares, axis=-1), "positional share (max of -1, +1)",
+    roles.plot_head_scores(xp.max(report.shares_possible, axis=-1), "positional share (max of -1, +1; offset exists)",
                            ax=axes[1], vmin=0, vmax=1)
     roles.plot_head_scores(100 * report.syntactic_margin(), "syntactic: best acc - baseline (pts)",
                            ax=axes[2], fmt="{:.0f}", cmap="RdBu_r", vmin=-40, vmax=40)
