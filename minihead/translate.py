@@ -10,6 +10,7 @@ import math
 
 from .backend import xp
 from .data.vocab import BOS, EOS, PAD, batches
+from .errors import DataError
 from .layers import attention_bias, embedding_forward, ffn_forward, layernorm_forward, log_softmax, \
     mha_forward, mha_keys_values, sinusoidal_positions
 from .model import _emb_name, _gate, decoder_forward, encoder_forward, output_forward, sub, sublayer_forward
@@ -118,7 +119,13 @@ def beam_batch(params, cfg, batch, beam=4, alpha=0.6, gates=None, max_len=None, 
 
 
 def translate(params, cfg, vocab, src_token_lists, gates=None, beam=1, max_tokens=6000):
-    """Translate token lists; returns token lists in the input order (greedy when beam == 1)."""
+    """Translate token lists; returns token lists in the input order (greedy when beam == 1).
+
+    The empty-input rule (as :func:`minihead.data.corpus.read_parallel`'s): no sentences give no translations,
+    and an empty sentence is refused (DataError naming its position), never translated."""
+    empty = next((i for i, s in enumerate(src_token_lists) if len(s) == 0), None)
+    if empty is not None:
+        raise DataError(f"sentence {empty + 1}: empty (no tokens to translate)")
     src_ids = [vocab.encode(s) for s in src_token_lists]
     out = [None] * len(src_ids)
     for batch in batches(src_ids, [[] for _ in src_ids], max_tokens):

@@ -408,3 +408,58 @@ def test_real_data_counts():
     pairs = corpus.read_parallel(REALDATA / "multi30k" / "val.en", REALDATA / "multi30k" / "val.de",
                                  tokenize=bpe.tokenize)
     assert len(pairs) == 1014 and pairs[0][0][:3] == ["A", "group", "of"]
+
+
+# ---- issue 15: the smaller data cases ------------------------------------------------------------
+def test_conllu_byte_order_mark_is_dropped(tmp_path):
+    """A UTF-8 BOM before line 1 (as some editors write) is no part of the first field."""
+    plain, bom = tmp_path / "plain.conllu", tmp_path / "bom.conllu"
+    plain.write_text(GOOD, encoding="utf-8")
+    bom.write_bytes(b"\xef\xbb\xbf" + GOOD.encode("utf-8"))
+    assert conllu_io.read_conllu(bom) == conllu_io.read_conllu(plain)
+
+
+@pytest.mark.parametrize("old,new,msg", [
+    ("4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_", "4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_\textra",
+     r"bad\.conllu:5: expected 10 tab-separated columns, found 11"),
+    ("2\tdog\tdog", "2\t\tdog", r"bad\.conllu:3: FORM is empty"),
+])
+def test_conllu_eleven_columns_and_empty_form_name_the_line(tmp_path, old, new, msg):
+    with pytest.raises(DataError, match=msg):
+        conllu_io.read_conllu(_bad(tmp_path, old, new))
+
+
+def test_special_token_text_is_an_unknown_word():
+    """Text spelling a special token ("<pad>", "<eos>", ...) encodes as <unk>: the framing ids come only
+    from the batcher, never from the data."""
+    v = Vocab.build([["a", "<eos>", "b", "<pad>"], ["<bos>", "a"]])
+    assert v.itos[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"] and len(v) == 6
+    assert v.encode(["a", "<pad>", "<bos>", "<eos>", "<unk>", "b"]) == [v.stoi["a"], UNK, UNK, UNK, UNK, v.stoi["b"]]
+
+
+def test_read_sentences_refuses_empty_lines_and_files(tmp_path):
+    """The translate --input rule, the same as read_parallel's: an empty line is an error naming file and
+    line, and so is a file with no lines."""
+    good, gap, empty = tmp_path / "good.txt", tmp_path / "gap.txt", tmp_path / "empty.txt"
+    good.write_text("a b\nc\n")
+    gap.write_text("a b\n  \nc\n")
+    empty.write_text("")
+    assert corpus.read_sentences(good) == [["a", "b"], ["c"]]
+    with pytest.raises(DataError, match=r"gap\.txt:2: empty line"):
+        corpus.read_sentences(gap)
+    with pytest.raises(DataError, match=r"empty\.txt: no sentences"):
+        corpus.read_sentences(empty)
+
+
+def test_unreadable_inputs_are_data_errors_naming_the_file(tmp_path):
+    """A missing file, a folder where a file is expected and a binary BPE file: DataError with the path."""
+    with pytest.raises(DataError, match=r"nope\.src: cannot read \(No such file or directory\)"):
+        corpus.read_parallel(tmp_path / "nope.src", tmp_path / "nope.tgt")
+    with pytest.raises(DataError, match=r": cannot read \(Is a directory\)"):
+        corpus.read_lines(tmp_path)
+    with pytest.raises(DataError, match=r"d\.conllu: cannot read"):
+        conllu_io.read_conllu(tmp_path / "d.conllu")
+    binary = tmp_path / "codes.bin"
+    binary.write_bytes(b"#version: 0.2\na b\n\x89PNG\xff\x00\n")
+    with pytest.raises(DataError, match=r"codes\.bin:3: not valid UTF-8"):
+        BPE.load(binary)

@@ -168,10 +168,11 @@ class BPE:
 
     @classmethod
     def load(cls, path):
-        """Read a file written by :meth:`save` (or by subword-nmt's learn_bpe)."""
+        """Read a file written by :meth:`save` (or by subword-nmt's learn_bpe); a missing, unreadable or
+        non-UTF-8 file or a malformed line raises DataError naming the file (and line)."""
+        from .corpus import read_lines
         merges = []
-        text = pathlib.Path(path).read_text(encoding="utf-8")
-        for lineno, line in enumerate(text.splitlines(), start=1):
+        for lineno, line in enumerate(read_lines(path), start=1):
             if lineno == 1 and line.startswith("#version"):
                 continue
             parts = line.split(" ")

@@ -49,13 +49,17 @@ class Sentence:
 
 
 def _decode(path):
-    """File text as str; invalid UTF-8 is reported with its line number."""
-    data = pathlib.Path(path).read_bytes()
+    """File text as str, without a leading byte-order mark; invalid UTF-8 is reported with its line number."""
     try:
-        return data.decode("utf-8")
+        data = pathlib.Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    return text[1:] if text.startswith("\ufeff") else text   # a UTF-8 byte-order mark is no part of line 1
 
 
 def _blocks(text):
@@ -96,6 +100,8 @@ def _validate(path, first_line, words, lines):
     for k, (tok, lineno) in enumerate(zip(words, lines), start=1):
         if len(tok) < len(DEFAULT_FIELDS):
             raise DataError(f"{path}:{lineno}: expected 10 tab-separated columns, found {len(tok)}")
+        if not tok["form"]:
+            raise DataError(f"{path}:{lineno}: FORM is empty")
         if tok["id"] is None:
             raise DataError(f"{path}:{lineno}: ID is '_' (word ids must be integers)")
         if tok["id"] != k:
@@ -136,11 +142,16 @@ def _validate(path, first_line, words, lines):
 def read_conllu(path):
     """All sentences of a CoNLL-U file as validated :class:`Sentence` objects.
 
-    Multiword-token lines (``3-4``) and empty nodes (``8.1``) are skipped. Raises DataError
-    ``path:line: problem`` for a line the ``conllu`` package cannot parse, non-consecutive ids,
+    Multiword-token lines (``3-4``) and empty nodes (``8.1``) are skipped; a leading byte-order mark is
+    dropped. Raises DataError ``path:line: problem`` for a line with more than 10 columns, a line the
+    ``conllu`` package cannot parse, an empty FORM, non-consecutive ids,
     a HEAD that is not an integer or out of range, zero or several roots, or a cycle.
     """
     text = _decode(path)
+    for lineno, line in enumerate(io.StringIO(text), start=1):
+        line = line.rstrip("\r\n")
+        if line.strip() and not line.lstrip().startswith("#") and line.count("\t") > 9:
+            raise DataError(f"{path}:{lineno}: expected 10 tab-separated columns, found {line.count(chr(9)) + 1}")
     blocks = _blocks(text)
     out = []
     parsed = conllu.parse_incr(io.StringIO(text))

@@ -10,7 +10,10 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def read_lines(path):
     """Lines of a UTF-8 text file without line ends; invalid UTF-8 is reported with its line."""
-    data = pathlib.Path(path).read_bytes()
+    try:
+        data = pathlib.Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -20,6 +23,21 @@ def read_lines(path):
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line does not start another
     return [ln.rstrip("\r") for ln in lines]
+
+
+def read_sentences(path, tokenize=None):
+    """Token lists of a one-sentence-a-line source file (the ``translate --input`` rule): an empty line is
+    refused with its file and line, as :func:`read_parallel` refuses one, and so is a file without lines."""
+    split = tokenize or str.split
+    out = []
+    for k, line in enumerate(read_lines(path), start=1):
+        toks = split(line)
+        if not toks:
+            raise DataError(f"{path}:{k}: empty line (every line must hold a sentence)")
+        out.append(toks)
+    if not out:
+        raise DataError(f"{path}: no sentences (the file is empty)")
+    return out
 
 
 def read_parallel(src_path, tgt_path, tokenize=None):
@@ -44,9 +62,9 @@ def read_parallel(src_path, tgt_path, tokenize=None):
     return pairs
 
 
-def _resolve(root):
-    """A relative root that does not exist from the working directory is taken from the repository
-    root, so notebooks running in chapters/ find data_small too."""
+def resolve_data(root):
+    """A relative data folder that does not exist from the working directory is taken from the repository
+    root, so notebooks running in chapters/ and every command run from elsewhere find data_small too."""
     root = pathlib.Path(root)
     if not root.is_absolute() and not root.exists() and (REPO_ROOT / root).exists():
         return REPO_ROOT / root
@@ -57,7 +75,7 @@ def load_data_small(root="data_small"):
     """The shipped synthetic set: ``(splits, trees)`` with ``splits[name] = (src token lists,
     tgt token lists)`` for train / dev / test and ``trees[name]`` the gold
     :class:`~minihead.data.conllu_io.Sentence` list of dev / test, checked against the text."""
-    root = _resolve(root)
+    root = resolve_data(root)
     if not (root / "train.src").exists():
         raise DataError(f"{root}: no train.src here; generate the data with "
                         f"`python -m minihead.data.synth --out {root}`")

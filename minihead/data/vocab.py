@@ -35,6 +35,8 @@ class Vocab:
         if len(self.stoi) != len(self.itos):
             dup = collections.Counter(self.itos).most_common(1)[0][0]
             raise DataError(f"vocabulary lists {dup!r} twice")
+        # what text maps to: the words only, so a literal "<pad>" or "<eos>" in a sentence is an unknown word
+        self._word_ids = {tok: i for tok, i in self.stoi.items() if i >= len(SPECIALS)}
 
     @classmethod
     def build(cls, sentences, min_freq=1, max_size=None):
@@ -52,8 +54,9 @@ class Vocab:
         return len(self.itos)
 
     def encode(self, tokens):
-        """Ids of tokens; unknown tokens -> UNK."""
-        return [self.stoi.get(t, UNK) for t in tokens]
+        """Ids of tokens; unknown tokens -> UNK, and so is text spelling a special ("<pad>", "<eos>", ...):
+        special ids come only from the model's own framing (BOS, EOS, PAD), never from the text."""
+        return [self._word_ids.get(t, UNK) for t in tokens]
 
     def decode(self, ids):
         """Tokens of ids up to the first EOS, PAD and BOS dropped."""
