@@ -29,18 +29,27 @@ class ImportanceError(MiniheadError, ValueError):
     """Inputs the importance measures cannot use (empty data, mismatched shapes)."""
 
 
-def _normalise_rows(M):
-    """Divide each row (layer) by its sum, so rows sum to 1; a row summing to 0 stays 0.
+NORMALISATIONS = ("sum", "abs")
 
-    Relevance can be negative (epsilon rule), so the sum, not the sum of absolute values, is used:
-    "normalised over the heads of its layer" then means shares that add up to 1."""
+
+def _normalise_rows(M, how="sum"):
+    """Shares of each row (layer) over its heads; a row whose denominator is 0 stays 0.
+
+    "sum": M / sum_h M, the paper's "normalised over the heads of its layer" read literally: shares add up to
+    1, but signed relevance (z-rule) can make the denominator nearly cancel, so a share can be far outside
+    [0, 1]. "abs": |M| / sum_h |M|, each head's share of the relevance MAGNITUDE (in [0, 1], adding up to 1);
+    the two agree wherever relevance is nonnegative (the official variant)."""
+    if how not in NORMALISATIONS:
+        raise ImportanceError(f"normalise {how!r}: choose one of {', '.join(NORMALISATIONS)}")
+    if how == "abs":
+        M = xp.abs(M)
     s = M.sum(-1, keepdims=True)                             # (..., L, 1)
     zero = xp.abs(s) < 1e-30
     return xp.where(zero, 0.0, M / xp.where(zero, 1.0, s))
 
 
 # --------------------------------------------------------------------------- LRP relevance
-def head_relevance(params, cfg, batches, per_position=True, chunk=None, **rule_options):
+def head_relevance(params, cfg, batches, per_position=True, chunk=None, normalise="sum", **rule_options):
     """Voita et al. 2019's head relevance (appendix A.3), dict kind -> (L, H), each row (layer) summing to 1:
 
         rel[l, h] = mean over real target positions t of  r_t[l, h] / sum_h' r_t[l, h'],
@@ -49,11 +58,13 @@ def head_relevance(params, cfg, batches, per_position=True, chunk=None, **rule_o
     ``per_position=True`` (default, the paper's definition): each generation step is its own relevance pass
     (a leading axis T0, ``chunk`` steps per pass; cost ~ T passes per batch). ``per_position=False``: one pass
     from all steps at once, normalising the relevance SUMMED over all steps, i.e. a per-step average weighted
-    by how much relevance each step sends through the layer (cheaper; not the paper's).
+    by how much relevance each step sends through the layer (cheaper; not the paper's). ``normalise``: "sum"
+    (the paper's text, signed shares) or "abs" (magnitude shares, |r| / sum |r|; see :func:`_normalise_rows`).
     ``rule_options`` go to :func:`minihead.lrp.relevance` (rules of :class:`minihead.lrp.Rules`, and
     ``gates`` for a pruned model); the rule family defaults to :data:`DEFAULT_RULES` (the paper's z-rule);
     ``linear="official"`` is the official code's variant."""
     rule_options = {**DEFAULT_RULES, **rule_options}
+    _normalise_rows(xp.ones((1, 1)), normalise)              # a bad name fails before any relevance pass
     acc = {k: xp.zeros((cfg.n_layers(k), cfg.n_heads), dtype="float64") for k in KINDS}
     n = 0
     for batch in batches:
@@ -64,13 +75,13 @@ def head_relevance(params, cfg, batches, per_position=True, chunk=None, **rule_o
             h = r.head[k].astype("float64")                  # (L, B, H) or (L, B, T0, H)
             if per_position:
                 real = xp.asarray(batch.tgt_mask).astype("float64")  # (B, T0)
-                acc[k] = acc[k] + (_normalise_rows(h) * real[None, :, :, None]).sum(axis=(1, 2))
+                acc[k] = acc[k] + (_normalise_rows(h, normalise) * real[None, :, :, None]).sum(axis=(1, 2))
             else:
                 acc[k] = acc[k] + h.sum(1)
         n += int(xp.asarray(batch.tgt_mask).sum())
     if n == 0:
         raise ImportanceError("head_relevance: no real target positions in the batches")
-    return {k: (acc[k] / n if per_position else _normalise_rows(acc[k])) for k in KINDS}
+    return {k: (acc[k] / n if per_position else _normalise_rows(acc[k], normalise)) for k in KINDS}
 
 
 # --------------------------------------------------------------------------- confidence

@@ -77,6 +77,26 @@ def test_head_relevance_definitions():
     assert differs, "per-prediction normalisation is not the same number as normalising the sum"
 
 
+def test_head_relevance_magnitude_shares():
+    """normalise="abs": per step |r[l, h]| / sum_h |r[l, h]|, averaged over the real steps: shares in [0, 1]
+    adding up to 1 per layer even under the signed z-rule; it equals "sum" where relevance is nonnegative
+    (the official variant); an unknown normalisation is refused."""
+    cfg, params = toy_model(biases=True)
+    b = eos_batch(np.random.default_rng(25), cfg.vocab_size)
+    rp = lrp.relevance(params, cfg, b, per_position=True, linear="z")
+    mag = importance.head_relevance(params, cfg, [b], normalise="abs")
+    for k in importance.KINDS:
+        h = np.abs(rp.head[k])[:, b.tgt_mask]                # (L, real steps, H)
+        want = (h / h.sum(-1, keepdims=True)).mean(1)
+        assert np.allclose(mag[k], want) and np.allclose(mag[k].sum(-1), 1.0)
+        assert mag[k].min() >= 0
+    off_abs = importance.head_relevance(params, cfg, [b], linear="official", normalise="abs")
+    off_sum = importance.head_relevance(params, cfg, [b], linear="official")
+    assert all(np.allclose(off_abs[k], off_sum[k]) for k in importance.KINDS)
+    with pytest.raises(importance.ImportanceError, match="normalise 'l2'"):
+        importance.head_relevance(params, cfg, [b], normalise="l2")
+
+
 def test_head_relevance_no_positions_raises():
     """Batches without a single real target position are an error, not a division by zero."""
     cfg, params = toy_model(layers=1)
