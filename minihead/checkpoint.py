@@ -3,20 +3,126 @@
 Written atomically (a temporary file in the same folder, fsync, then ``os.replace``), so a crash
 never leaves a half-written checkpoint under the real name; read with ``allow_pickle=False``:
 every entry is a numeric array or a unicode string array (the config and metadata as JSON).
+A checkpoint whose weights hold NaN or infinity is neither written nor loaded.
+
+A run folder has one writer at a time: :func:`run_lock` keeps the writer's pid in ``<folder>/run.lock``
+(a lock left by a dead process is taken over, and so are the ``.tmp-PID`` files of its killed writes).
 """
+import contextlib
+import glob
 import json
 import os
 import zipfile
 
 from . import backend
-from .errors import CheckpointError
+from .backend import xp
+from .errors import CheckpointError, RunLockedError
+
+LOCK_NAME = "run.lock"
+_held = {}   # absolute folder -> how many nested run_lock() calls of this process hold it
+
+
+def _non_finite(arrays):
+    """Name of the first float array holding NaN or infinity, else None."""
+    for k, v in arrays.items():
+        a = backend.to_device(v)
+        if a.dtype.kind == "f" and not bool(xp.isfinite(a).all()):
+            return k
+    return None
+
+
+def pid_alive(pid):
+    """True when process ``pid`` exists and is not a zombie (a killed child its parent has not reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _lock_owner(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def lock_holder(folder):
+    """The pid of another live process holding ``folder``'s run lock, else None."""
+    owner = _lock_owner(os.path.join(folder, LOCK_NAME))
+    return owner if owner is not None and owner != os.getpid() and pid_alive(owner) else None
+
+
+def remove_stale_temporaries(folder):
+    """Delete ``*.tmp-PID`` files (interrupted atomic writes) in ``folder`` whose writer ``PID`` is dead."""
+    for tmp in glob.glob(os.path.join(glob.escape(folder), "*.tmp-*")) + \
+            glob.glob(os.path.join(glob.escape(folder), ".*.tmp-*")):
+        pid = tmp.rsplit(".tmp-", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+@contextlib.contextmanager
+def run_lock(folder):
+    """Hold ``folder`` (created if needed) for this process while the block runs: ``folder/run.lock`` holds
+    our pid and is removed on exit. Another live process's lock raises RunLockedError naming the folder and
+    the pid; a lock whose pid is dead (or unreadable) is stale and taken over. Nested calls of one process on
+    one folder share the lock."""
+    key = os.path.abspath(folder)
+    if _held.get(key):
+        _held[key] += 1
+        try:
+            yield key
+        finally:
+            _held[key] -= 1
+        return
+    os.makedirs(key, exist_ok=True)
+    path = os.path.join(key, LOCK_NAME)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _lock_owner(path)
+            if owner is not None and owner != os.getpid() and pid_alive(owner):
+                raise RunLockedError(f"{folder}: another run (pid {owner}) is writing to this folder; wait for "
+                                     f"it to end or choose another folder (lock file {path})") from None
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)   # stale: its owner is dead
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        break
+    else:
+        raise RunLockedError(f"{folder}: could not take the lock file {path}")
+    _held[key] = 1
+    remove_stale_temporaries(key)
+    try:
+        yield key
+    finally:
+        del _held[key]
+        if _lock_owner(path) == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
 FORMAT = "minihead-checkpoint-1"
 
 
 def save(path, params, cfg, vocab, optimizer=None, rng=None, meta=None, extra=None):
     """Save atomically. ``meta`` is any JSON-able dict (step, epoch, history, training config);
-    ``extra`` a dict of additional named arrays (e.g. gate log_alphas)."""
+    ``extra`` a dict of additional named arrays (e.g. gate log_alphas). Refuses (CheckpointError, nothing
+    written) when a parameter or extra array holds NaN or infinity."""
+    bad = _non_finite({**{f"parameter {k!r}": v for k, v in params.items()},
+                       **{f"entry {k!r}": v for k, v in (extra or {}).items()}})
+    if bad is not None:
+        raise CheckpointError(f"{path}: not saved: {bad} holds NaN or infinity")
     arrays = {"format": backend.host_array(FORMAT),
               "config": backend.host_array(json.dumps(cfg.to_dict(), sort_keys=True)),
               "meta": backend.host_array(json.dumps(meta or {}, sort_keys=True)),
@@ -31,6 +137,7 @@ def save(path, params, cfg, vocab, optimizer=None, rng=None, meta=None, extra=No
         arrays[f"extra.{k}"] = v
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
+    remove_stale_temporaries(folder)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -42,6 +149,32 @@ def save(path, params, cfg, vocab, optimizer=None, rng=None, meta=None, extra=No
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def save_json(path, obj):
+    """Write a JSON file atomically (temporary file, fsync, ``os.replace``), like :func:`save`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def load_json(path):
+    """Read a JSON file written by :func:`save_json`; an unreadable one raises CheckpointError naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cache file does not parse ({exc}); delete it to rebuild it") from None
 
 
 class Checkpoint:
@@ -74,7 +207,10 @@ def load(path, expect_cfg=None):
     from .data.vocab import Vocab
     from .model import Config, init_params
     if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no such checkpoint file")
+        raise CheckpointError(f"{path}: no such checkpoint file" if not os.path.isdir(path) else
+                              f"{path}: is a folder, expected a checkpoint file (.npz)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a readable .npz checkpoint (not a zip archive)")
     try:
         arrays = backend.load_npz(path)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
@@ -105,4 +241,6 @@ def load(path, expect_cfg=None):
         if a.shape != shape:
             raise CheckpointError(f"{path}: parameter {k!r} has shape {a.shape}, model expects {shape}")
         params[k] = backend.to_device(a, cfg.dtype)
+        if not bool(xp.isfinite(params[k]).all()):
+            raise CheckpointError(f"{path}: parameter {k!r} holds NaN or infinity (a diverged training?)")
     return Checkpoint(path, arrays, cfg, vocab, meta, params)

@@ -16,3 +16,16 @@ class DataError(MiniheadError, ValueError):
 
 class CheckpointError(MiniheadError):
     """A checkpoint file is missing, truncated or does not fit the model it is loaded into."""
+
+
+class UsageError(MiniheadError, ValueError):
+    """A command-line argument or setting is of the wrong type, out of range, or names a path that cannot be
+    used (missing input, output where a file blocks a folder, a run folder holding another model)."""
+
+
+class TrainingError(MiniheadError):
+    """Training cannot go on: a non-finite loss or gradient (nothing is saved for that step)."""
+
+
+class RunLockedError(MiniheadError):
+    """A run folder is being written by another live process (its pid is in the folder's lock file)."""

@@ -32,7 +32,9 @@ class Study:
 
 def load_study(name="quick", data="data_small", runs=None, progress=True, **overrides):
     """Train (first call) or load (later calls) the named preset on ``data``; ``overrides`` change the
-    preset (and therefore the run folder's name)."""
+    preset (and therefore the run folder's name). ``done.json`` (the training's history, written atomically
+    when it ends) marks a finished training; an unreadable one is an error naming it (delete it: the
+    training then resumes from last.npz, which holds the whole history, and ends at once)."""
     splits, trees = load_data_small(data)
     tag = name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
     out = os.path.join(str(runs or RUNS), tag)
@@ -44,10 +46,8 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
     if not os.path.exists(done):
         resume = os.path.exists(os.path.join(out, "last.npz"))
         res = train_model(corpus, cfg, tcfg, out, resume=resume, progress=progress)
-        with open(done, "w") as f:
-            json.dump({"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu}, f)
-    with open(done) as f:
-        logged = json.load(f)
+        checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
+    logged = checkpoint.load_json(done)
     ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
     return Study(tag, ck.params, ck.cfg, ck.vocab, corpus, splits, trees, logged["history"],
                  logged.get("curve", []), ck.path)
@@ -101,10 +101,8 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
     if not os.path.exists(done):
         res = train_model(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
                           progress=progress)
-        with open(done, "w") as f:
-            json.dump({"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu}, f)
-    with open(done) as f:
-        logged = json.load(f)
+        checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
+    logged = checkpoint.load_json(done)
     ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
     splits = {"train": ([s for s, _ in train_p], [t for _, t in train_p]),
               "dev": ([s for s, _ in dev_p], [t for _, t in dev_p]),

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from . import backend, checkpoint
-from .data.vocab import Vocab, batches, frequencies
+from .data.vocab import SPECIALS, Vocab, batches, frequencies
+from .errors import TrainingError, UsageError
 from .evaluate import bleu
 from .model import Config, init_params, loss_and_grads
 from .optim import Adam, clip_grad_norm, noam_lr
@@ -48,9 +49,10 @@ PRESETS = {
 
 
 def preset(name, vocab_size, **overrides):
-    """(model Config, TrainConfig) of a named preset; overrides go to whichever has the field."""
+    """(model Config, TrainConfig) of a named preset; overrides go to whichever has the field. Unknown
+    names and settings raise UsageError (a ValueError); values are checked by :func:`check_settings`."""
     if name not in PRESETS:
-        raise ValueError(f"unknown configuration {name!r}; choose one of {', '.join(PRESETS)}")
+        raise UsageError(f"unknown configuration {name!r}; choose one of {', '.join(PRESETS)}")
     m, t = PRESETS[name]
     cfg, tcfg = Config(vocab_size=vocab_size, **m), TrainConfig(**t)
     for k, v in overrides.items():
@@ -59,8 +61,61 @@ def preset(name, vocab_size, **overrides):
         elif hasattr(cfg, k):
             cfg = replace(cfg, **{k: v})
         else:
-            raise ValueError(f"unknown setting {k!r}")
+            raise UsageError(f"unknown setting {k!r}; settings are {', '.join(setting_names())}")
     return cfg, tcfg
+
+
+def setting_names():
+    """Every field a ``--set KEY=VALUE`` may name: the TrainConfig's, then the model Config's."""
+    from dataclasses import fields
+    return [f.name for f in fields(TrainConfig)] + [f.name for f in fields(Config) if f.name != "vocab_size"]
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+# name -> (test, what it must be); checked by check_settings before any work
+_RULES = {
+    "max_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "warmup": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "lr": (lambda v: _is_number(v) and v > 0, "a finite number > 0"),
+    "max_steps": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "eval_every": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "patience": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "clip": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0 (0: no clipping)"),
+    "seed": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "dev_bleu_sentences": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "n_train": (lambda v: v is None or (_is_int(v) and v >= 1), "an integer >= 1 (or none: all pairs)"),
+    "vocab_size": (lambda v: _is_int(v) and v > len(SPECIALS), f"an integer > {len(SPECIALS)}"),
+    "n_enc_layers": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "n_dec_layers": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "n_heads": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "d_model": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "d_ff": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "dropout": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "attn_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "label_smoothing": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "shared_embeddings": (lambda v: isinstance(v, bool), "true or false"),
+    "pre_norm": (lambda v: isinstance(v, bool), "true or false"),
+    "ln_eps": (lambda v: _is_number(v) and v > 0, "a finite number > 0"),
+    "dtype": (lambda v: v in ("float32", "float64"), "float32 or float64"),
+}
+
+
+def check_settings(cfg, tcfg):
+    """Raise UsageError naming the first setting of ``cfg`` / ``tcfg`` of the wrong type or out of range
+    (``setting lr=nan: must be a finite number > 0``), or a d_model the heads do not divide."""
+    for k, v in {**cfg.to_dict(), **tcfg.to_dict()}.items():
+        test, what = _RULES[k]
+        if not test(v):
+            raise UsageError(f"setting {k}={v!r}: must be {what}")
+    if cfg.d_model % cfg.n_heads:
+        raise UsageError(f"setting d_model={cfg.d_model}: must be divisible by n_heads={cfg.n_heads}")
 
 
 @dataclass
@@ -112,7 +167,35 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
     without evaluating (a run with one dev evaluation at its end can still resume). ``stop_after`` ends this
     call after that many steps (to simulate an interruption). ``gates``: fixed per-head gates
     ({"enc": (L, H), ...}, e.g. 0/1 masks of a pruned configuration trained from scratch), used in training
-    and in dev BLEU. Returns a TrainResult."""
+    and in dev BLEU. Returns a TrainResult.
+
+    Before any step: the settings are checked (:func:`check_settings`), the corpus must have training and
+    dev pairs, ``out_dir`` is locked against other writers (:func:`checkpoint.run_lock`), and a resume must
+    use the saved run's settings (only ``max_steps`` may change). A non-finite loss or gradient norm stops
+    training with a TrainingError; that step is not applied and nothing is saved for it."""
+    check_settings(cfg, tcfg)
+    if not corpus.train_src or not corpus.dev_src:
+        raise UsageError(f"{out_dir}: the corpus has {len(corpus.train_src)} training and {len(corpus.dev_src)} "
+                         f"dev pairs; training needs both")
+    with checkpoint.run_lock(out_dir):
+        return _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every)
+
+
+RESUMABLE_CHANGES = ("max_steps",)   # the one setting a resume may change: train on for longer (or stop sooner)
+
+
+def check_resume(ck, cfg, tcfg):
+    """Raise UsageError naming every model or training setting of ``cfg`` / ``tcfg`` that differs from the
+    run saved in checkpoint ``ck`` (only ``max_steps`` may change)."""
+    saved = {**ck.cfg.to_dict(), **(ck.meta.get("train") or {})}
+    diff = [f"{k} {saved[k]!r} (saved) vs {v!r} (now)" for k, v in {**cfg.to_dict(), **tcfg.to_dict()}.items()
+            if k not in RESUMABLE_CHANGES and k in saved and saved[k] != v]
+    if diff:
+        raise UsageError(f"{ck.path}: cannot resume with settings that differ from the saved run's: "
+                         f"{', '.join(diff)}; resume with the saved settings or train into a new folder")
+
+
+def _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every):
     from tqdm.auto import tqdm
     last_path, best_path = os.path.join(out_dir, "last.npz"), os.path.join(out_dir, "best.npz")
     vocab = corpus.vocab
@@ -121,7 +204,8 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
     all_batches = list(batches(src_ids, tgt_ids, tcfg.max_tokens))
     gen = backend.rng(tcfg.seed)
     if resume:
-        ck = checkpoint.load(last_path, expect_cfg=cfg)
+        ck = checkpoint.load(last_path)
+        check_resume(ck, cfg, tcfg)
         params, m = ck.params, ck.meta
         opt = Adam(params)
         ck.restore_optimizer(opt)
@@ -138,7 +222,7 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
     lr_factor = tcfg.lr * math.sqrt(cfg.d_model * tcfg.warmup)   # noam factor whose peak is tcfg.lr
     bar = tqdm(total=tcfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
     t0, tok, run_steps = time.time(), 0, 0
-    stopped = False
+    stopped = bad >= tcfg.patience   # a run that stopped early stays stopped when resumed
     while step < tcfg.max_steps and not stopped:
         if pos >= len(order):
             epoch, pos = epoch + 1, 0
@@ -146,7 +230,12 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         b = all_batches[int(order[pos])]
         pos += 1
         loss, grads, _ = loss_and_grads(params, cfg, b, gates=gates, rng=gen)
-        clip_grad_norm(grads, tcfg.clip)
+        norm = clip_grad_norm(grads, tcfg.clip)
+        if not (math.isfinite(float(loss)) and math.isfinite(norm)):
+            bar.close()
+            saved = f"the last checkpoint is {last_path}" if os.path.exists(last_path) else "no checkpoint was saved"
+            raise TrainingError(f"{out_dir}: training diverged at step {step + 1}: loss {float(loss)}, gradient "
+                                f"norm {norm} (lr {tcfg.lr:g}); stopped, {saved}")
         step += 1
         opt.step(params, grads, noam_lr(step, cfg.d_model, tcfg.warmup, lr_factor))
         loss_acc, n_acc, tok, run_steps = loss_acc + float(loss), n_acc + 1, tok + b.n_tokens, run_steps + 1

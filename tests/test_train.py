@@ -199,3 +199,171 @@ def test_incremental_beam_search_matches_its_slow_twin(tmp_path):
     greedy = tr.greedy_batch(params, cfg64, batch, gates=gates)
     assert fast.shape != greedy.shape or (fast != greedy).any()    # the check is not vacuous
     assert fast.shape == slow.shape and (fast == slow).all()
+
+
+# ---- issue 15: never save NaN, one writer per run folder, resume only what was saved, atomic caches
+def _dead_pid():
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+    """save() refuses parameters or extras holding NaN or infinity: the earlier file stays byte-identical
+    and no temporary file is left."""
+    c = toy_corpus(200)
+    cfg, _ = tiny(c)
+    path = tmp_path / "best.npz"
+    checkpoint.save(str(path), model.init_params(cfg, 0), cfg, c.vocab)
+    before = path.read_bytes()
+    for bad in (np.nan, np.inf):
+        params = model.init_params(cfg, 1)
+        params["dec0.ffn.W1"][0, 0] = bad
+        with pytest.raises(CheckpointError, match=r"best.npz: not saved: parameter 'dec0.ffn.W1' holds NaN"):
+            checkpoint.save(str(path), params, cfg, c.vocab)
+    with pytest.raises(CheckpointError, match="entry 'log_alpha.enc' holds NaN"):
+        checkpoint.save(str(path), model.init_params(cfg, 1), cfg, c.vocab,
+                        extra={"log_alpha.enc": np.full((1, 4), np.nan, "float32")})
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["best.npz"]
+
+
+def test_train_checks_its_settings_and_corpus_before_any_work(tmp_path):
+    """The library entry point checks too: a NaN learning rate, a non-integer step count or an empty dev set
+    raise UsageError (a ValueError) naming the setting, and nothing is created."""
+    from minihead.errors import UsageError
+    c = toy_corpus(100)
+    for kw, msg in (({"lr": float("nan")}, "setting lr=nan"), ({"max_steps": 3.5}, "setting max_steps=3.5"),
+                    ({"n_heads": 3}, "d_model=16: must be divisible by n_heads=3")):
+        cfg, tcfg = tiny(c, **kw)
+        with pytest.raises(UsageError, match=msg):
+            train(c, cfg, tcfg, str(tmp_path / "out"), progress=False)
+    no_dev = Corpus(c.vocab, c.train_src, c.train_tgt, [], [])
+    with pytest.raises(UsageError, match="100 training and 0 dev pairs"):
+        train(no_dev, *tiny(c), str(tmp_path / "out"), progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_diverging_step_raises_and_is_not_saved(tmp_path, monkeypatch):
+    """An infinite gradient norm at step 5 stops training (TrainingError naming the step); last.npz keeps
+    step 4, loads (every weight finite) and no lock is left."""
+    import minihead.train as T
+    from minihead.errors import TrainingError
+    c = toy_corpus(200)
+    cfg, tcfg = tiny(c, eval_every=2)
+    real, calls = T.loss_and_grads, []
+
+    def inf_grad_at_5(*a, **kw):
+        calls.append(1)
+        loss, grads, cache = real(*a, **kw)
+        if len(calls) == 5:
+            grads["enc0.ffn.W1"][0, 0] = np.inf
+        return loss, grads, cache
+    monkeypatch.setattr(T, "loss_and_grads", inf_grad_at_5)
+    with pytest.raises(TrainingError, match=r"training diverged at step 5: loss [0-9.]+, gradient norm inf"):
+        train(c, cfg, tcfg, str(tmp_path), progress=False)
+    assert checkpoint.load(str(tmp_path / "last.npz")).meta["step"] == 4
+    assert sorted(os.listdir(tmp_path)) == ["best.npz", "last.npz"]
+
+
+def test_run_lock_one_writer_per_folder(tmp_path):
+    """run.lock holds the writer's pid: nested use by one process is fine, another live process's lock is
+    refused naming its pid, a dead process's lock (and its .tmp-PID files) is taken over, and the lock goes
+    when the block ends, even on an error."""
+    import subprocess
+    import sys
+
+    from minihead.errors import RunLockedError
+    folder = tmp_path / "run"
+    with checkpoint.run_lock(str(folder)):
+        assert (folder / "run.lock").read_text().strip() == str(os.getpid())
+        with checkpoint.run_lock(str(folder)):
+            pass
+        assert (folder / "run.lock").exists(), "an inner block does not release the outer lock"
+    assert os.listdir(folder) == []
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / "run.lock").write_text(str(other.pid))
+        with pytest.raises(RunLockedError, match=f"run: another run \\(pid {other.pid}\\) is writing"):
+            with checkpoint.run_lock(str(folder)):
+                pass
+        assert checkpoint.lock_holder(str(folder)) == other.pid
+        dead = _dead_pid()
+        (folder / "run.lock").write_text(str(dead))
+        (folder / f".last.npz.tmp-{other.pid}").write_bytes(b"a live writer's")
+        (folder / f".last.npz.tmp-{dead}").write_bytes(b"half")
+        (folder / f"prune-x.json.tmp-{dead}").write_bytes(b"half")
+        assert checkpoint.lock_holder(str(folder)) is None
+        with pytest.raises(KeyError):
+            with checkpoint.run_lock(str(folder)):
+                assert (folder / "run.lock").read_text().strip() == str(os.getpid())
+                assert sorted(os.listdir(folder)) == [f".last.npz.tmp-{other.pid}", "run.lock"], \
+                    "the dead writer's temporaries are removed, the live one's kept"
+                raise KeyError("boom")
+    finally:
+        other.kill()
+        other.wait()
+    assert not (folder / "run.lock").exists()
+
+
+def test_save_removes_a_killed_writers_temporary(tmp_path):
+    c = toy_corpus(200)
+    cfg, _ = tiny(c)
+    dead = _dead_pid()
+    (tmp_path / f".last.npz.tmp-{dead}").write_bytes(b"half a checkpoint")
+    checkpoint.save(str(tmp_path / "last.npz"), model.init_params(cfg, 0), cfg, c.vocab)
+    assert os.listdir(tmp_path) == ["last.npz"]
+
+
+def test_resume_refuses_changed_settings_but_not_max_steps(tmp_path):
+    """A resume whose training or model settings differ from the saved run's is refused naming each field
+    (nothing is written); only max_steps may change."""
+    from minihead.errors import UsageError
+    c = toy_corpus()
+    cfg, tcfg = tiny(c, max_steps=8)
+    train(c, cfg, tcfg, str(tmp_path), progress=False)
+    before = {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)}
+    with pytest.raises(UsageError, match=r"last.npz: cannot resume .*: lr 0.005 \(saved\) vs 0.001 \(now\), "
+                                         r"seed 1 \(saved\) vs 2 \(now\)"):
+        train(c, cfg, tiny(c, max_steps=8, lr=1e-3, seed=2)[1], str(tmp_path), resume=True, progress=False)
+    with pytest.raises(UsageError, match=r"dropout 0.1 \(saved\) vs 0.2 \(now\)"):
+        train(c, *tiny(c, max_steps=8, dropout=0.2), str(tmp_path), resume=True, progress=False)
+    assert {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)} == before
+    res = train(c, cfg, tiny(c, max_steps=16)[1], str(tmp_path), resume=True, progress=False)
+    assert [h["step"] for h in res.history] == [8, 16]
+
+
+def test_an_early_stopped_run_stays_stopped_when_resumed(tmp_path):
+    c = toy_corpus()
+    cfg, tcfg = tiny(c, max_steps=200, eval_every=2, patience=1, lr=1e-9)
+    first = train(c, cfg, tcfg, str(tmp_path), progress=False)
+    assert first.history[-1]["step"] < 200, "stopped early"
+    again = train(c, cfg, tcfg, str(tmp_path), resume=True, progress=False)
+    assert again.history == first.history
+
+
+def test_json_cache_is_atomic_and_a_corrupt_one_is_named(tmp_path):
+    from minihead.study import load_study
+    path = tmp_path / "done.json"
+    checkpoint.save_json(str(path), {"best_bleu": 1.0})
+    with pytest.raises(TypeError):
+        checkpoint.save_json(str(path), {"x": object()})
+    assert os.listdir(tmp_path) == ["done.json"] and checkpoint.load_json(str(path)) == {"best_bleu": 1.0}
+    run = tmp_path / "runs" / "quick-max_steps2"
+    run.mkdir(parents=True)
+    (run / "done.json").write_text('{"history": [{"st')       # a write cut short
+    with pytest.raises(CheckpointError, match=r"quick-max_steps2/done.json: cache file does not parse .*delete it"):
+        load_study("quick", runs=str(tmp_path / "runs"), progress=False, max_steps=2)
+
+
+def test_translate_empty_input_rule():
+    """No sentences give no translations; an empty sentence is refused naming its position (the rule of
+    read_parallel and of translate --input), never decoded into a blank line."""
+    from minihead.errors import DataError
+    c = toy_corpus(100)
+    cfg, _ = tiny(c)
+    params = model.init_params(cfg, 0)
+    assert translate(params, cfg, c.vocab, []) == []
+    with pytest.raises(DataError, match="sentence 2: empty"):
+        translate(params, cfg, c.vocab, [["w1"], [], ["w2"]])
