@@ -136,4 +136,14 @@ def host_array(values, dtype=None):
     return _np.asarray(values, dtype=dtype)
 
 
-use(os.environ.get("MINIHEAD_BACKEND", "numpy").strip().lower() or "numpy")
+def _use_environment():
+    """The import-time choice; its error names the variable, and ``python -m minihead`` prints it as one line."""
+    asked = os.environ.get("MINIHEAD_BACKEND", "numpy")
+    try:
+        use(asked.strip().lower() or "numpy")
+    except BackendError as exc:
+        msg = str(exc) if str(exc).startswith("MINIHEAD_BACKEND") else f"MINIHEAD_BACKEND={asked}: {exc}"
+        raise BackendError(msg) from None
+
+
+_use_environment()
