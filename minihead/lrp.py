@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from .backend import xp
 from .layers import sinusoidal_positions
-from .lrp_rules import (
+from .lrp_rules import (  # noqa: F401 (the rules are re-exported: lrp.linear_z and the others stay importable)
     DEFAULT_EPS,
     FAMILIES,
     OFFICIAL_EPS,
