@@ -102,6 +102,9 @@ def test_word_maps_match_single_sentence_runs_with_eos_removed(word_model, small
 
 
 def test_unknown_tokens_become_unk_and_keep_their_position(word_model):
+    """A source word the vocabulary lacks is encoded as UNK in place: its sentence's word maps equal
+    those of the same sentence with the literal <unk> token, the word count is kept, and unknown_words
+    reports (sentence, position) for both."""
     params, cfg, corpus, _ = word_model
     known = [corpus.vocab.itos[i] for i in (10, 11, 12, 13)]
     odd = known[:2] + ["qqqxyz-never-seen"] + known[2:]
@@ -171,6 +174,10 @@ def test_decoder_maps_shapes_causality_and_eos_column(word_model, small):
 # The report
 
 def test_head_roles_agrees_with_the_measures_it_collects(word_model, small):
+    """analysis.head_roles on 150 dev trees equals the measures of roles.py applied to the same word
+    maps: confidence, positional shares (shares over possible queries >= shares over all), offset
+    baseline, Table 1 rows in RELATIONS x DIRECTIONS order, rare-word top_n, a role for every head,
+    the syntactic margin (best accuracy minus baseline), and the word and unknown-word counts."""
     params, cfg, corpus, _ = word_model
     trees = small[1]["dev"][:150]
     rep = analysis.head_roles(params, cfg, corpus.vocab, trees, corpus.src_freq)
@@ -198,6 +205,8 @@ def test_head_roles_agrees_with_the_measures_it_collects(word_model, small):
 
 
 def test_head_roles_refuses_piece_frequencies_with_bpe(bpe_model, small):
+    """With a BPE model, word frequencies must be given by word: piece frequencies are refused naming
+    'BPE pieces', and without frequencies the rare-word measure is left out (no head gets that role)."""
     params, cfg, vocab, bpe = bpe_model
     with pytest.raises(analysis.AnalysisError, match="BPE pieces"):
         analysis.head_roles(params, cfg, vocab, small[1]["dev"][:5], {"clu@@": 3, "gut": 3}, bpe=bpe)
@@ -216,6 +225,9 @@ def run_cli(argv):
 
 
 def test_roles_command_prints_tables_and_saves_figures(word_model, tmp_path, capsys):
+    """python -m minihead roles CHECKPOINT prints the dev set used, the positional table, Table 1 beside
+    the paper's WMT numbers and the rare-word shares with their chance level, takes frequencies from
+    the training source as training did, and saves the two figures."""
     _, cfg, corpus, path = word_model
     out = tmp_path / "figs"
     rep = run_cli(["roles", path, "--max-sentences", "60", "--out", str(out)])
@@ -259,6 +271,8 @@ def one_line_error(exc_info, *parts):
 
 
 def test_roles_command_errors_are_one_line_and_name_the_file(word_model, tmp_path):
+    """The roles command's bad inputs are one-line errors naming the file: a missing checkpoint,
+    CoNLL-U or BPE file, and a treebank whose words are mostly unknown to the model."""
     _, _, _, path = word_model
     with pytest.raises(CheckpointError) as e:
         run_cli(["roles", str(tmp_path / "nope.npz")])

@@ -33,12 +33,15 @@ def test_no_module_but_backend_imports_numpy_or_cupy():
 
 
 def test_unknown_backend_is_a_clear_error():
+    """backend.use('tpu') raises BackendError naming the unknown backend and leaves numpy in place."""
     with pytest.raises(backend.BackendError, match="unknown backend 'tpu'"):
         backend.use("tpu")
     assert backend.name == "numpy"
 
 
 def test_unknown_backend_from_environment_fails_at_import():
+    """MINIHEAD_BACKEND=jax makes importing minihead.backend fail with 'unknown backend', rather
+    than falling back silently."""
     env = dict(os.environ, MINIHEAD_BACKEND="jax", PYTHONPATH=str(PKG.parent))
     r = subprocess.run([sys.executable, "-c", "import minihead.backend"], env=env,
                        capture_output=True, text=True)
@@ -46,6 +49,8 @@ def test_unknown_backend_from_environment_fails_at_import():
 
 
 def test_cupy_request_without_cupy_or_gpu_is_a_clear_error():
+    """Asking for CuPy where it is not installed raises BackendError 'CuPy is not installed' and keeps
+    numpy as the array module (skipped where CuPy is installed)."""
     try:
         import cupy  # noqa: F401
         pytest.skip("CuPy is installed here; the error path is for machines without it")
@@ -57,6 +62,9 @@ def test_cupy_request_without_cupy_or_gpu_is_a_clear_error():
 
 
 def test_host_device_round_trip_and_rng_state():
+    """to_device makes the dtype asked for and to_host gives a NumPy array back; a host generator's state is
+    plain strings (checkpointable without pickle) and restoring it into another generator replays the
+    same numbers."""
     a = backend.to_device([1.0, 2.0], "float32")
     assert a.dtype == np.float32 and isinstance(backend.to_host(a), np.ndarray)
     g = backend.rng(3)

@@ -32,6 +32,8 @@ def sample(lex):
 
 # ---- shipped data ---------------------------------------------------------------------------------
 def test_regenerating_data_small_is_byte_identical(tmp_path):
+    """python -m minihead.data.synth --seed 1234 regenerates data_small/ byte for byte (same file
+    names, same bytes), and the shipped data stays under 8 MiB."""
     synth.main(["--out", str(tmp_path), "--seed", str(SEED)])
     shipped = sorted(p.name for p in DATA.iterdir())
     assert shipped == sorted(p.name for p in tmp_path.iterdir())
@@ -41,6 +43,8 @@ def test_regenerating_data_small_is_byte_identical(tmp_path):
 
 
 def test_cli_small_sizes_and_train_conllu(tmp_path):
+    """The generator's command line honours --n-train/--n-dev/--n-test and --train-conllu: the train
+    trees' tokens are the train.src lines, and the data README with its statistics is written."""
     synth.main(["--out", str(tmp_path), "--seed", "5", "--n-train", "40", "--n-dev", "6",
                 "--n-test", "6", "--train-conllu"])
     splits, trees = corpus.load_data_small(tmp_path)
@@ -62,6 +66,8 @@ def _independent_tree_check(s):
 
 
 def test_shipped_trees_are_well_formed_and_match_the_text():
+    """data_small has 30,000 / 1,000 / 1,000 pairs; every dev and test tree has exactly one root, heads in
+    range and no cycle (checked by an independent walk to the root), and its tokens are the .src line's."""
     splits, trees = corpus.load_data_small(DATA)  # also runs check_tokens_match
     assert {k: len(v[0]) for k, v in splits.items()} == {"train": 30000, "dev": 1000, "test": 1000}
     for name in ("dev", "test"):
@@ -73,6 +79,8 @@ def test_shipped_trees_are_well_formed_and_match_the_text():
 
 
 def test_shipped_train_has_rare_words_and_no_overlap_with_dev_test():
+    """The training side has over 300 words seen at most 5 times (so rare-word heads have something to
+    find), and no dev or test source sentence occurs in train."""
     splits, _ = corpus.load_data_small(DATA)
     freq = vocab.frequencies(splits["train"][0])
     rare = [t for t, c in freq.items() if c <= 5]
@@ -83,6 +91,8 @@ def test_shipped_train_has_rare_words_and_no_overlap_with_dev_test():
 
 # ---- generator ------------------------------------------------------------------------------------
 def test_generator_is_deterministic_and_prefix_stable(lex):
+    """synth.generate: the same seed gives the same pairs and trees (with or without a prebuilt lexicon),
+    the first n pairs do not depend on how many are drawn, and another seed gives other sentences."""
     a, b = synth.generate(60, SEED, lex), synth.generate(60, SEED)
     assert [(p.src, p.tgt, p.tree.heads) for p in a] == [(p.src, p.tgt, p.tree.heads) for p in b]
     assert [p.src for p in synth.generate(25, SEED, lex)] == [p.src for p in a[:25]]
@@ -90,6 +100,10 @@ def test_generator_is_deterministic_and_prefix_stable(lex):
 
 
 def test_generator_relations_lengths_long_distance(sample):
+    """On 1,500 generated pairs every relation of the grammar occurs (> 20 times each), mean length is
+    10-14 words within MAX_LEN, over 15% of subjects are more than 3 words from their verb, relative
+    pronouns are both subjects and objects, adverbs stand on both sides of the verb, and every tree is
+    well formed."""
     rels = collections.Counter(r for p in sample for r in p.tree.deprels)
     for r in ("nsubj", "obj", "amod", "advmod", "det", "case", "nmod", "obl", "acl:relcl",
               "conj", "cc", "punct", "root"):
@@ -194,6 +208,8 @@ def test_translate_hand_checked_examples(lex):
 
 
 def test_synonyms_are_seeded_noise(lex):
+    """A noun with target synonyms translates to each of them (the first in 45-75% of 200 draws),
+    and the choice is a function of the seeded random generator only."""
     n = _entry(lex.nouns, synonyms=True)
     tree = conllu_io.Sentence(["the", n.src[0], lex.verbs_in[0].src[1], "."], [2, 3, 0, 3],
                               ["det", "nsubj", "root", "punct"], ["DET", "NOUN", "VERB", "PUNCT"])
@@ -204,6 +220,10 @@ def test_synonyms_are_seeded_noise(lex):
 
 # ---- vocabulary and batching ----------------------------------------------------------------------
 def test_vocab_order_round_trip_and_arrays():
+    """Vocab: the four specials first, then words by falling count with ties broken by the string
+    (independent of sentence order); encode maps unknown words to UNK, decode stops at EOS and drops
+    specials; rank is the frequency rank; to_arrays/from_arrays round-trips; min_freq and max_size
+    trim; arrays that do not start with the specials are refused."""
     sents = [["b", "a", "c"], ["a", "d", "b"], ["a", "<unk>"]]
     v = Vocab.build(sents)
     assert v.itos == ["<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d"]
@@ -223,6 +243,10 @@ def test_vocab_order_round_trip_and_arrays():
 
 
 def test_batches_masks_padding_specials_and_index():
+    """vocab.batches: every pair lands in exactly one batch within the token budget B (S + T) <= 400;
+    src = x + EOS, tgt_in = BOS + y, tgt_out = y + EOS, padded with PAD and masked True exactly on the
+    real tokens; index gives each row's pair; shuffling is seeded and only reorders batches; a pair
+    over budget goes alone; source and target lists of different lengths are refused."""
     rng = random.Random(3)
     src = [[rng.randrange(4, 50) for _ in range(rng.randrange(1, 20))] for _ in range(300)]
     tgt = [[rng.randrange(4, 50) for _ in range(rng.randrange(1, 25))] for _ in range(300)]
@@ -268,6 +292,9 @@ def test_bpe_learns_the_textbook_example():
 
 
 def test_bpe_round_trip_piece_to_word_save_load(tmp_path):
+    """BPE learned on 400 dev sentences: segmenting then unsegmenting gives the words back,
+    piece_to_word maps every piece to its word, save/load keeps the merges, and a malformed codes
+    file is refused naming its line."""
     src = corpus.read_lines(DATA / "dev.src")[:400]
     sents = [s.split() for s in src]
     b = BPE.learn(sents, 300)
@@ -288,6 +315,8 @@ def test_bpe_round_trip_piece_to_word_save_load(tmp_path):
 
 
 def test_tokenize_detokenize():
+    """bpe.tokenize splits off punctuation and clitics ('s; don't -> don 't) and keeps numbers whole;
+    detokenize restores the original line; lower=True lowercases."""
     line = "A woman's hat (red) costs 3.50, don't you think?"
     toks = bpe.tokenize(line)
     assert toks == ["A", "woman", "'s", "hat", "(", "red", ")", "costs", "3.50", ",", "don", "'t",
@@ -297,6 +326,8 @@ def test_tokenize_detokenize():
 
 # ---- loaders and their errors ---------------------------------------------------------------------
 def test_read_parallel_and_its_errors(tmp_path):
+    """corpus.read_parallel pairs the lines of two files (with an optional tokenizer) and refuses,
+    naming file and line, files of different lengths, an empty line and bytes that are not UTF-8."""
     s, t = tmp_path / "a.src", tmp_path / "a.tgt"
     s.write_text("x y\nz\n")
     t.write_text("1 2 3\n4\n")
@@ -314,6 +345,8 @@ def test_read_parallel_and_its_errors(tmp_path):
 
 
 def test_load_data_small_finds_the_repo_copy_from_another_cwd(monkeypatch, tmp_path):
+    """load_data_small('data_small') finds the repository's copy from any working directory, and a
+    folder without train.src is a one-line DataError."""
     monkeypatch.chdir(tmp_path)
     splits, trees = corpus.load_data_small("data_small")
     assert len(splits["dev"][0]) == len(trees["dev"]) == 1000
@@ -338,6 +371,9 @@ GOOD = """# sent_id = s1
 
 
 def test_read_write_conllu_round_trip(tmp_path):
+    """read_conllu keeps tokens, heads, deprels, features, metadata and source line numbers (skipping
+    multi-word and empty-node lines); Sentence.rel/arcs/head_index read the tree; write_conllu then
+    read_conllu gives the same trees."""
     path = tmp_path / "g.conllu"
     path.write_text(GOOD)
     a, b = conllu_io.read_conllu(path)
@@ -370,11 +406,14 @@ def _bad(tmp_path, old, new):
     ("4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_", "4\t.\t.\tPUNCT", r"bad\.conllu:5: expected 10 tab-separated columns"),
 ])
 def test_conllu_errors_name_file_and_line(tmp_path, old, new, msg):
+    """Each malformed CoNLL-U input (unparsable line, non-integer or out-of-range HEAD, wrong word id,
+    cycle, several roots, missing columns) is a DataError naming the file and line and the problem."""
     with pytest.raises(DataError, match=msg):
         conllu_io.read_conllu(_bad(tmp_path, old, new))
 
 
 def test_conllu_no_root_and_bad_utf8(tmp_path):
+    """A sentence without a root and a file with invalid UTF-8 are DataErrors naming file and line."""
     path = tmp_path / "bad.conllu"
     path.write_text("1\ta\ta\tX\t_\t_\t2\tdep\t_\t_\n2\tb\tb\tX\t_\t_\t1\tdep\t_\t_\n")
     with pytest.raises(DataError, match=r"bad\.conllu:1: no root"):
@@ -385,6 +424,9 @@ def test_conllu_no_root_and_bad_utf8(tmp_path):
 
 
 def test_tokens_mismatch_names_both_files_and_line(tmp_path):
+    """check_tokens_match accepts trees whose tokens are the text's lines, and otherwise names the text
+    file and line, the tree's sentence and CoNLL-U line, and the first differing token (or a count
+    mismatch)."""
     path = tmp_path / "g.conllu"
     path.write_text(GOOD)
     sents = conllu_io.read_conllu(path)
@@ -401,6 +443,9 @@ def test_tokens_mismatch_names_both_files_and_line(tmp_path):
 # ---- real data (skipped where /work/shared/realdata is absent) ------------------------------------
 @pytest.mark.skipif(not (REALDATA / "ud_en_ewt" / "dev.conllu").exists(), reason="real data not present")
 def test_real_data_counts():
+    """The real data beside the repository is the expected release: UD English EWT dev has 2,001
+    sentences, 25,147 words and the known nsubj/obj/amod/advmod counts; Multi30k val has 1,014 pairs
+    (skipped when the data is absent)."""
     ewt = conllu_io.read_conllu(REALDATA / "ud_en_ewt" / "dev.conllu")
     assert len(ewt) == 2001 and sum(len(s) for s in ewt) == 25147
     counts = collections.Counter(s.deprels[i] for s in ewt for i in range(len(s)))
@@ -425,6 +470,8 @@ def test_conllu_byte_order_mark_is_dropped(tmp_path):
     ("2\tdog\tdog", "2\t\tdog", r"bad\.conllu:3: FORM is empty"),
 ])
 def test_conllu_eleven_columns_and_empty_form_name_the_line(tmp_path, old, new, msg):
+    """A CoNLL-U line with an 11th column and a word with an empty FORM are DataErrors naming the file
+    and line (and, for the columns, how many were found)."""
     with pytest.raises(DataError, match=msg):
         conllu_io.read_conllu(_bad(tmp_path, old, new))
 

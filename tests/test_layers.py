@@ -28,7 +28,7 @@ def check(name, analytic, f_scalar, x, ag_grad):
     assert rel_error(analytic, ag_grad) < TOL, f"{name}: backward vs autograd"
 
 
-def test_linear(rng):
+def test_linear_backward(rng):
     """y = x W + b;  dL/dx = R W^T,  dL/dW = x^T R,  dL/db = sum_n R_n."""
     x, W, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(4, 5)), rng.normal(size=5)
     R = rng.normal(size=(2, 3, 5))
@@ -42,7 +42,7 @@ def test_linear(rng):
     check("db", db, f, b, gb)
 
 
-def test_embedding(rng):
+def test_embedding_backward_accumulates_repeated_ids(rng):
     """y = s E[ids];  dL/dE[v] = s sum_{t: ids_t = v} R_t  (repeated ids accumulate)."""
     E = rng.normal(size=(7, 4))
     ids = np.array([[1, 3, 3, 0], [6, 1, 2, 3]])
@@ -61,7 +61,7 @@ def test_sinusoidal_positions_match_the_formula():
     assert pe[t, 2 * i + 1] == pytest.approx(np.cos(t / 10000 ** (2 * i / 8)))
 
 
-def test_layernorm(rng):
+def test_layernorm_backward(rng):
     """y = g (x - mu) / sqrt(var + eps) + b;  dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g R."""
     x, g, b = rng.normal(size=(3, 2, 6)), rng.normal(size=6), rng.normal(size=6)
     R = rng.normal(size=(3, 2, 6))
@@ -79,7 +79,7 @@ def test_layernorm(rng):
     check("db", db, f, b, gb)
 
 
-def test_relu(rng):
+def test_relu_backward(rng):
     """y = max(x, 0);  dx = R [x > 0] (points kept away from the kink at 0)."""
     x = rng.normal(size=(4, 5))
     x[np.abs(x) < 1e-3] = 0.5
@@ -90,7 +90,7 @@ def test_relu(rng):
     check("dx", dx, lambda: np.sum(layers.relu_forward(x)[0] * R), x, gx)
 
 
-def test_dropout_seeded(rng):
+def test_dropout_seeded_mask_and_backward(rng):
     """y = x m / (1 - p) with m ~ Bernoulli(1 - p) from a seeded generator; dx = R m / (1 - p)."""
     x, R, p = rng.normal(size=(50, 40)), rng.normal(size=(50, 40)), 0.3
     y1, m1 = layers.dropout_forward(x, p, np.random.default_rng(7))
@@ -107,7 +107,7 @@ def test_dropout_seeded(rng):
     assert y_eval is x and c_eval is None, "no rng: identity (evaluation)"
 
 
-def test_residual(rng):
+def test_residual_backward(rng):
     """y = x + f;  dx = R, df = R."""
     x, fx, R = rng.normal(size=(2, 3)), rng.normal(size=(2, 3)), rng.normal(size=(2, 3))
     y, c = layers.residual_forward(x, fx)
@@ -118,7 +118,7 @@ def test_residual(rng):
     assert np.array_equal(dfx, R)
 
 
-def test_softmax_with_mask(rng):
+def test_masked_softmax_backward(rng):
     """p = softmax(s + bias);  ds = p (R - sum_k R_k p_k); masked entries get p = 0 and ds = 0."""
     s, R = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
     bias = np.zeros((3, 5))
@@ -135,7 +135,7 @@ def test_softmax_with_mask(rng):
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_label_smoothed_xent_with_padding(rng, smoothing):
+def test_label_smoothed_xent_backward_with_padding(rng, smoothing):
     """loss = sum_n m_n (-sum_v q_nv log softmax(z_n)_v) / sum m, q = (1 - e) onehot + e / V;
     dz_n = m_n (softmax(z_n) - q_n) / sum m (padded rows get zero gradient)."""
     N, V = 6, 7
@@ -153,7 +153,7 @@ def test_label_smoothed_xent_with_padding(rng, smoothing):
     check("dz", dz, lambda: layers.xent_forward(z, y, m, smoothing)[0], z, autograd.grad(ref)(z))
 
 
-def test_ffn(rng):
+def test_ffn_backward(rng):
     """FFN(x) = relu(x W1 + b1) W2 + b2 (dropout off); gradients for x, W1, b1, W2, b2."""
     d, f = 4, 6
     x = rng.normal(size=(2, 3, d))
@@ -175,7 +175,7 @@ def test_ffn(rng):
 def _mha_reference(xq, xkv, p, bias, H, gate):
     """Independent autograd formula: head_h = softmax(Q_h K_h^T / sqrt(dh) + bias) V_h, out = concat(g_h head_h) W^O + b^O."""
     B, Tq, d = xq.shape
-    Tk, dh = xkv.shape[1], d // H
+    dh = d // H
     out = 0.0
     for h in range(H):                       # deliberately a loop over heads: a different code path
         sl = slice(h * dh, (h + 1) * dh)
@@ -191,7 +191,7 @@ def _mha_reference(xq, xkv, p, bias, H, gate):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_multihead_attention(rng, causal):
+def test_gated_multihead_attention_backward(rng, causal):
     """Multi-head attention with padding (and causal) masks and per-head gates: gradients of xq, xkv,
     all eight parameters and the gates, against central differences and an independent autograd formula."""
     B, T, d, H = 2, 4, 6, 3

@@ -31,7 +31,7 @@ def toy_batch(gen, V, B=3, S=6, T=5):
 
 
 @pytest.mark.parametrize("pre_norm,shared", [(True, True), (False, False)], ids=["prenorm-shared", "postnorm-separate"])
-def test_encoder_decoder_gradients(pre_norm, shared):
+def test_encoder_decoder_backward_parameters_and_gates(pre_norm, shared):
     """dL/dtheta for every parameter and dL/dg for every gate of the encoder-decoder, dropout on (seed 5),
     padding present: rel. error < 1e-6 against autograd, and along 3 random directions against
     (L(theta + eps v) - L(theta - eps v)) / (2 eps)."""

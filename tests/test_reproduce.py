@@ -16,6 +16,10 @@ TINY = {"study": "quick", "n_dev": 40, "n_test": 40, "n_ablation": 10, "enc_lamb
 
 
 def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
+    """reproduce() at a tiny scale writes report/README.md with a row for every finding beside the
+    paper's number, the wall time and the Table 1 / Table 2 sections, the figures, and results.json
+    with the time of each stage; a second run hits the cache for its five cacheable stages and gives
+    the same results."""
     out = tmp_path / "report"
     path = reproduce.reproduce(out=str(out), progress=False, scale=TINY, log=lambda *a: None)
     text = pathlib.Path(path).read_text()
@@ -32,7 +36,7 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
     assert list(results.pop("seconds")) == ["train", "importance", "roles", "prune encoder", "prune all",
                                             "from scratch"]
     # every stage is cached now: a second run gives the same numbers
-    path2 = reproduce.reproduce(out=str(tmp_path / "again"), progress=False, scale=TINY, log=lambda *a: None)
+    reproduce.reproduce(out=str(tmp_path / "again"), progress=False, scale=TINY, log=lambda *a: None)
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     assert len(again.pop("cached_stages")) == 5, "importance, baseline, two prunings and from scratch all cached"
     results.pop("cached_stages"), again.pop("seconds")
@@ -40,6 +44,8 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
 
 
 def test_real_corpus_needs_its_three_files():
+    """python -m minihead reproduce on a real corpus needs --train-src, --train-tgt and --conllu
+    together: one of them alone exits naming all three."""
     from minihead.__main__ import main
     with pytest.raises(SystemExit, match="--train-src, --train-tgt and --conllu"):
         main(["reproduce", "--train-src", "x.en"])
