@@ -75,7 +75,7 @@ def run_lock(folder):
     """Hold ``folder`` (created if needed) for this process while the block runs: ``folder/run.lock`` holds
     our pid and is removed on exit. Another live process's lock raises RunLockedError naming the folder and
     the pid; a lock whose pid is dead (or unreadable) is stale and taken over. Nested calls of one process on
-    one folder share the lock."""
+    one folder share the lock. A folder created here and left empty is removed on exit."""
     key = os.path.abspath(folder)
     if _held.get(key):
         _held[key] += 1
@@ -84,6 +84,7 @@ def run_lock(folder):
         finally:
             _held[key] -= 1
         return
+    created = not os.path.exists(key)
     os.makedirs(key, exist_ok=True)
     path = os.path.join(key, LOCK_NAME)
     for _ in range(3):
@@ -111,6 +112,9 @@ def run_lock(folder):
         if _lock_owner(path) == os.getpid():
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(key)     # a folder made for a run that wrote nothing goes again (rmdir: only if empty)
 
 FORMAT = "minihead-checkpoint-1"
 

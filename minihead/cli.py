@@ -16,6 +16,7 @@ import math
 import os
 import shlex
 import sys
+import warnings
 
 # importing checkpoint imports the backend: a bad MINIHEAD_BACKEND fails here, and __main__.py prints it
 from . import checkpoint
@@ -454,7 +455,13 @@ def main(argv=None):
         with contextlib.ExitStack() as stack:
             for folder in a.locks:
                 stack.enter_context(checkpoint.run_lock(folder))
-            return a.func(a)
+            # numeric warnings (overflow as a training diverges) are held back: shown after a command that
+            # succeeds, dropped when it fails with its one-line error
+            caught = stack.enter_context(warnings.catch_warnings(record=True))
+            result = a.func(a)
+        for w in caught:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        return result
     except MiniheadError as exc:
         _fail(exc)
     except OSError as exc:   # a write that failed although checked (disk full, permissions changed meanwhile)

@@ -203,6 +203,18 @@ def test_diverging_training_stops_without_saving_nan(ws, capsys, monkeypatch):
     assert sorted(os.listdir(out)) == ["best.npz", "last.npz"], "no lock or temporary file left"
 
 
+def test_a_learning_rate_that_diverges_stops_in_one_line(ws, capsys):
+    """lr=1e30 is a valid number but blows the weights up at once: one line naming the step, no numpy
+    overflow warnings, no file and no run folder left."""
+    before = tree(ws)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--data", str(ws / "data"), "--out", str(ws / "new"), *TINY, "lr=1e30", "max_steps=20"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Warning" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {ws / 'new'}: training diverged at step ") and "no checkpoint was saved" in err
+    assert tree(ws) == before
+
+
 def test_a_nan_checkpoint_is_refused(ws, capsys):
     """A checkpoint whose weights hold NaN (written behind minihead's back) is refused by every reader."""
     import numpy as np
@@ -401,3 +413,35 @@ def test_ctrl_c_prints_where_to_resume(tmp_path):
     assert step >= 1
     main([*argv[:-3], f"max_steps={step + 1}", "eval_every=1", "patience=100000", "--resume"])
     assert checkpoint.load(str(out / "last.npz")).meta["step"] == step + 1
+
+
+def test_two_reproduce_runs_cannot_share_a_study_folder(tmp_path, capsys, monkeypatch):
+    """reproduce holds runs/<study>/ and its report folder: a second run while the first lives is refused
+    before any work, naming the folder and the first run's pid."""
+    from minihead import study
+    monkeypatch.setattr(study, "RUNS", tmp_path / "runs")
+    (tmp_path / "runs" / "quick").mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "runs" / "quick" / "run.lock").write_text(str(other.pid))
+        before = tree(tmp_path)
+        refused(capsys, ["reproduce", "--quick", "--out", tmp_path / "report", "--no-progress"],
+                f"{tmp_path / 'runs' / 'quick'}: another run (pid {other.pid}) is writing to this folder")
+        assert tree(tmp_path) == before
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_interrupt_lines_name_what_resumes(tmp_path):
+    """The Ctrl-C line of each kind of command (the subprocess test above sends a real SIGINT to train)."""
+    import argparse
+
+    from minihead import cli
+    a = argparse.Namespace(command="train", out=str(tmp_path), argv=["train", "--out", str(tmp_path), "--overwrite"])
+    assert cli._interrupted(a) == f"interrupted before the first save: nothing to resume in {tmp_path}"
+    (tmp_path / "last.npz").write_bytes(b"")
+    assert cli._interrupted(a).endswith(f"continue with: python -m minihead train --out {tmp_path} --resume")
+    assert "run the same command again" in cli._interrupted(argparse.Namespace(command="reproduce"))
+    assert cli._interrupted(argparse.Namespace(command="roles")) == "interrupted: nothing was saved"
+    assert cli._interrupted(None) == "interrupted: nothing was saved"
