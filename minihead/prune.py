@@ -13,8 +13,11 @@ gradient of the sample written by hand (``HardConcrete.sample_backward``) and th
 lr per step, and a gate is only pruned once log_alpha has travelled from +3 to below 0 (binary readout) and is
 settled only below -3.74 (see tests/test_gates.py), so lr 0.1 lets a gate close within ~30-70 steps. The model's
 weights train with a second Adam at a small constant rate. ``lr_gates=None`` is the official code's joint
-optimiser instead (the gates at the weights' rate): on the quick model it leaves every gate unsettled within
-the step cap (measured; see the report of issue 17), which is why the separate rate is the default.
+optimiser instead (the gates at the weights' rate). Measured on the quick model (lambda 0.01, 1250-token
+batches, one BLAS thread): the joint optimiser at lr 1e-3 left every log_alpha within 2.88-3.08 of its start
+after the 600-step cap (no gate settled, all 12 heads kept, BLEU 43.8 on 200 test sentences), while gates at
+lr 0.2 settled after 210 steps with 5 heads kept (BLEU 41.6, 41.9 before pruning): the official code's joint
+schedule needs thousands of steps that a CPU reproduction cannot spend, which is why the separate rate is kept.
 
 Training runs until the gates settle (sec. 6.1: "gates are either almost completely closed or completely
 open"): every ``log_every`` steps the share of gates with max(P(g = 0), P(g = 1)) > 0.95 is measured and the
