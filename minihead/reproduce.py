@@ -82,12 +82,17 @@ def importance_stage(study, n_dev, n_ablation, cache_dir=None):
 
 def importance_summary(imp):
     """Top-quarter relevance share per encoder layer under each rule (the paper's z-rule with signed shares,
-    with magnitude shares, the official variant) and the rank agreements of the encoder heads (z-rule)."""
+    with magnitude shares, the official variant) and the rank agreements of the encoder heads (z-rule; the
+    official variant's as ``*_official``)."""
     from .importance import rank_agreement, top_quarter_share
     rel = xp.asarray(imp["relevance"]["enc"])
     conf, mich, abl = (xp.asarray(imp[k]["enc"]) for k in ("confidence", "michel", "ablation"))
     extra = {f"top_quarter_share_{name}": backend.to_host(top_quarter_share(xp.asarray(imp[key]["enc"]))).tolist()
              for name, key in (("abs", "relevance_abs"), ("official", "relevance_official")) if key in imp}
+    if "relevance_official" in imp:
+        off = xp.asarray(imp["relevance_official"]["enc"])
+        extra.update(rho_relevance_confidence_official=rank_agreement(off, conf),
+                     rho_relevance_ablation_official=rank_agreement(off, abl))
     return {**extra, "top_quarter_share": backend.to_host(top_quarter_share(rel)).tolist(),
             "rho_relevance_confidence": rank_agreement(rel, conf),
             "rho_relevance_ablation": rank_agreement(rel, abl),
@@ -168,11 +173,14 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
                  + (f"; z-rule magnitude shares: {', '.join(f'{t:.2f}' for t in tq_abs)}" if tq_abs else "")
                  + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: 0.25) "
                  f"| {'yes' if few else 'no'} |")
+    def rhos(name):
+        off = summ.get(f"rho_relevance_{name}_official")
+        return f"z-rule rho = {summ[f'rho_relevance_{name}']:.2f}" + ("" if off is None else f", official variant {off:.2f}")
     rho = summ["rho_relevance_ablation"]
     lines.append(f"| relevance agrees with single-head ablation (Spearman) | important heads matter | "
-                 f"rho = {rho:.2f} | {'yes' if rho > 0 else 'no'} |")
+                 f"{rhos('ablation')} | {'yes' if rho > 0 else 'no'} |")
     lines.append(f"| important heads are confident (Spearman relevance~confidence) | yes | "
-                 f"rho = {summ['rho_relevance_confidence']:.2f} | {'yes' if summ['rho_relevance_confidence'] > 0 else 'no'} |")
+                 f"{rhos('confidence')} | {'yes' if summ['rho_relevance_confidence'] > 0 else 'no'} |")
     pos = rep.positional
     lines.append(f"| positional heads (>= 90% on -1 or +1) | 5 of 48 (WMT), confidence > 0.8 | {len(pos)} of "
                  f"{L * H}: {', '.join(f'L{l}H{h} ({o:+d})' for (l, h), o in sorted(pos.items())) or 'none'} | "
