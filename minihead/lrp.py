@@ -35,6 +35,7 @@ from .lrp_rules import (  # noqa: F401 (the rules are re-exported: lrp.linear_z 
     RULES,
     LRPError,
     attention_full,
+    attention_full_official,
     attention_full_z,
     attention_values,
     attention_values_alphabeta,
@@ -81,12 +82,13 @@ class Rules:
     LayerNorm map and the value path of attention): "z" (default, the paper's), "official" (the official
     code's alpha-beta with bias spreading and per-layer rescaling), "epsilon" or "alphabeta" (``alpha``,
     ``beta``, ``convention``, ``fallback``). ``layernorm="identity"`` passes relevance through LayerNorm
-    unchanged; ``attention="full"`` also feeds queries and keys (its internal splits are z / epsilon splits,
-    ``value_share`` to the values). ``eps`` None: the family's own (z: none; official: 1e-5; epsilon and
-    alpha-beta: 1e-6)."""
+    unchanged; ``attention="full"`` also feeds queries and keys: for "official" the official code's full
+    Jacobian of the attention core (its default, so None picks it), otherwise z / epsilon splits with
+    ``value_share`` to the values; ``attention="values"`` holds the weights constant (None picks it for the
+    other families). ``eps`` None: the family's own (z: none; official: 1e-5; epsilon and alpha-beta: 1e-6)."""
     linear: str = "z"
     layernorm: str = "linear"
-    attention: str = "values"
+    attention: str = None
     eps: float = None
     alpha: float = 0.5
     beta: float = 0.5
@@ -95,6 +97,8 @@ class Rules:
     fallback: bool = True
 
     def __post_init__(self):
+        if self.attention is None:
+            self.attention = "full" if self.linear == "official" else "values"
         for kind, names in (("linear", FAMILIES), ("layernorm", ("linear", "identity")),
                             ("attention", ("values", "full"))):
             if getattr(self, kind) not in names:
@@ -118,7 +122,7 @@ class Rules:
         if layer == "layernorm" and self.layernorm == "identity":
             return RULES["layernorm"]["identity"]
         if layer == "attention" and self.attention == "full":
-            return RULES["attention"]["full_z" if self.linear == "z" else "full"]
+            return RULES["attention"][{"z": "full_z", "official": "full_official"}.get(self.linear, "full")]
         return RULES[layer][self.linear]
 
     def lin(self, x, W, b, z, R):

@@ -218,6 +218,44 @@ def slow_attention_values_official(A, V, R, alpha=0.5, beta=0.5, eps=1e-5):
     return out
 
 
+def slow_attention_full_official(A, Q, K, V, scale, R, alpha=0.5, beta=0.5, eps=1e-5):
+    """The official attention rule by loops, per (sentence b, head h, output q, c): the impact of every input
+    from the Jacobian of Z_qc = sum_k A_qk V_kc, A = softmax(scale Q K^T), written out term by term,
+        dZ_qc / dV_kc' = A_qk [c = c'],  dZ_qc / dS_qk = A_qk (V_kc - Z_qc),  S_qk = scale sum_c'' Q_qc'' K_kc'',
+    times the input; alpha-beta over all inputs of (q, c) together; then R_Q, R_K, R_V rescaled jointly per
+    (b, h). Returns (R_Q, R_K, R_V)."""
+    A, Q, K, V, R = (_host(a) for a in (A, Q, K, V, R))
+    B, H, Tq, Tk = A.shape
+    dh = V.shape[-1]
+    RQ, RK, RV = (xp.zeros(a.shape, dtype="float64") for a in (Q, K, V))
+    for b in range(B):
+        for h in range(H):
+            for q in range(Tq):
+                for c in range(dh):
+                    Zqc = sum(float(A[b, h, q, k] * V[b, h, k, c]) for k in range(Tk))
+                    impacts = []                                  # (array name, index, z): one z per input
+                    zq = [0.0] * dh                               # q[q, d] acts through every score S_qk
+                    for k in range(Tk):
+                        dS = float(A[b, h, q, k]) * (float(V[b, h, k, c]) - Zqc)
+                        for d in range(dh):
+                            zq[d] += dS * scale * float(K[b, h, k, d]) * float(Q[b, h, q, d])
+                            impacts.append(("K", (k, d), dS * scale * float(Q[b, h, q, d]) * float(K[b, h, k, d])))
+                        impacts.append(("V", (k, c), float(A[b, h, q, k]) * float(V[b, h, k, c])))
+                    impacts += [("Q", (q, d), zq[d]) for d in range(dh)]
+                    zp = sum(max(z, 0.0) for _, _, z in impacts) + eps
+                    zn = sum(min(z, 0.0) for _, _, z in impacts) - eps
+                    for name, (i, d), z in impacts:
+                        out = {"Q": RQ, "K": RK, "V": RV}[name]
+                        out[b, h, i, d] += (alpha * max(z, 0.0) / zp + beta * min(z, 0.0) / zn) * R[b, h, q, c]
+            tot_in = float(abs(RQ[b, h]).sum() + abs(RK[b, h]).sum() + abs(RV[b, h]).sum())
+            if tot_in > 0:
+                f = float(abs(R[b, h]).sum()) / tot_in
+                RQ[b, h] *= f
+                RK[b, h] *= f
+                RV[b, h] *= f
+    return RQ, RK, RV
+
+
 # --------------------------------------------------------------------------- a tiny model for checks
 def toy_model(pre_norm=True, shared=True, biases=False, seed=3, layers=2, heads=2):
     """A float64 toy encoder-decoder (vocabulary 23, d_model 8) with random LayerNorm gains; every bias and

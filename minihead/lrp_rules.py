@@ -374,6 +374,57 @@ def attention_values_official(A, Q, K, V, Z, scale, R, alpha=0.5, beta=0.5, eps=
     return None, None, rescale(R, RV, n_axes=2)
 
 
+def attention_impacts_official(A, Q, K, V, Z, scale):
+    """The official code's impacts J x of one attention core Z_qc = sum_k A_qk V_kc, A = softmax_k(scale Q_q . K_k)
+    (its _attn_head_jacobian, consider_attn_constant = False; reference input 0 gives output 0, so no bias term).
+    With G_qkc = A_qk (V_kc - Z_qc) scale (d Z_qc / d S_qk times the score scale):
+
+        q[q, c'']      contributes  zq[q, c, c'']   = Q_qc'' sum_k G_qkc K_kc''
+        k[k, c'']      contributes  zk[q, c, k, c''] = K_kc'' G_qkc Q_qc''
+        v[k, c]        contributes  zv[q, c, k]      = A_qk V_kc
+
+    to output Z_qc. Shapes: A (..., Tq, Tk), Q (..., Tq, dh), K, V (..., Tk, dh); returns zq (..., Tq, dh, dh),
+    zk (..., Tq, dh, Tk, dh), zv (..., Tq, dh, Tk)."""
+    G = A[..., :, :, None] * (V[..., None, :, :] - Z[..., :, None, :]) * scale   # (..., Tq, Tk, dh) [q, k, c]
+    zq = xp.einsum("...qkc,...kd->...qcd", G, K) * Q[..., :, None, :]          # (..., Tq, dh, dh)
+    zk = (G.swapaxes(-1, -2)[..., :, :, :, None] * K[..., None, None, :, :]
+          * Q[..., :, None, None, :])                                           # (..., Tq, dh, Tk, dh)
+    zv = A[..., :, None, :] * V.swapaxes(-1, -2)[..., None, :, :]               # (..., Tq, dh, Tk)
+    return zq, zk, zv
+
+
+def attention_full_official(A, Q, K, V, Z, scale, R, alpha=0.5, beta=0.5, eps=OFFICIAL_EPS):
+    """The official code's attention rule (the-story-of-heads lib/layers/attn_lrp.py, MultiHeadAttn.relprop with
+    consider_attn_constant = False): the impacts of q, k and v on each output Z_qc (:func:`attention_impacts_official`,
+    the full Jacobian of the attention core times its input) split by alpha-beta with eps, normalised over ALL
+    inputs of that output together,
+
+        R_x = sum_{q, c} (alpha z+_{(q,c) <- x} / (sum z+ + eps) + beta z-_{(q,c) <- x} / (sum z- - eps)) R_Z[q, c],
+
+    then R_Q, R_K, R_V rescaled jointly per sentence and head to sum |R_Z| over (T, dh). One sentence at a time
+    (the impacts of one sentence are (H, Tq, dh, Tk, dh)). R (*lead, B, H, Tq, dh). Returns (R_Q, R_K, R_V)."""
+    if xp.ndim(R) == 0:
+        return Q * R, K * R, V * R
+    lead = R.shape[:R.ndim - Z.ndim]
+    RQ = xp.zeros(lead + Q.shape, dtype=R.dtype)
+    RK = xp.zeros(lead + K.shape, dtype=R.dtype)
+    RV = xp.zeros(lead + V.shape, dtype=R.dtype)
+    for b in range(A.shape[0]):
+        zq, zk, zv = attention_impacts_official(A[b], Q[b], K[b], V[b], Z[b], scale)
+        pos = (xp.maximum(zq, 0).sum(-1) + xp.maximum(zk, 0).sum((-1, -2)) + xp.maximum(zv, 0).sum(-1)) + eps
+        neg = (xp.minimum(zq, 0).sum(-1) + xp.minimum(zk, 0).sum((-1, -2)) + xp.minimum(zv, 0).sum(-1)) - eps
+        Rb = R[..., b, :, :, :]                                                   # (*lead, H, Tq, dh)
+        up, un = alpha * Rb / pos, beta * Rb / neg                               # (*lead, H, Tq, dh)
+
+        def spread(z, spec):
+            """sum over the outputs (q, c) of z+ up + z- un (an einsum, so no lead-sized copy of z)."""
+            return (xp.einsum(spec, up, xp.maximum(z, 0)) + xp.einsum(spec, un, xp.minimum(z, 0)))
+        RQ[..., b, :, :, :] = spread(zq, "...hqc,hqcd->...hqd")                  # (*lead, H, Tq, dh)
+        RK[..., b, :, :, :] = spread(zk, "...hqc,hqckd->...hkd")                 # (*lead, H, Tk, dh)
+        RV[..., b, :, :, :] = spread(zv, "...hqc,hqck->...hkc")                  # (*lead, H, Tk, dh)
+    return rescale(R, RQ, RK, RV, n_axes=2)
+
+
 # --------------------------------------------------------------------------- the registry
 RULES = {
     "linear": {"z": linear_z, "official": linear_official, "epsilon": linear_epsilon, "alphabeta": linear_alphabeta},
@@ -382,7 +433,8 @@ RULES = {
     "layernorm": {"z": layernorm_z, "official": layernorm_official, "epsilon": layernorm_linear,
                   "alphabeta": layernorm_alphabeta, "identity": layernorm_identity},
     "attention": {"z": attention_values_z, "official": attention_values_official, "epsilon": attention_values,
-                  "alphabeta": attention_values_alphabeta, "full": attention_full, "full_z": attention_full_z},
+                  "alphabeta": attention_values_alphabeta, "full": attention_full, "full_z": attention_full_z,
+                  "full_official": attention_full_official},
     "elementwise": {"identity": elementwise_identity},
     "embedding": {"sum": embedding_sum},
 }

@@ -286,7 +286,8 @@ def test_registry_and_bad_names():
     assert lrp.RULES["attention"]["epsilon"] is lrp.attention_values
     rules = lrp.Rules()
     assert rules.linear == "z" and rules.rule("layernorm") is lrp.layernorm_z
-    assert lrp.Rules(linear="official").rule("attention") is lrp.attention_values_official
+    assert lrp.Rules(linear="official").rule("attention") is lrp.attention_full_official   # its default
+    assert lrp.Rules(linear="official", attention="values").rule("attention") is lrp.attention_values_official
     assert lrp.Rules(layernorm="identity").rule("layernorm") is lrp.layernorm_identity
     calls = []
     saved = lrp.RULES["linear"]["z"]
@@ -400,8 +401,44 @@ def test_conservation_bias_free(pre_norm, shared, attention, record_property):
     assert np.isfinite(drift) and drift > 1e-6              # biases do absorb relevance
 
 
+def test_official_attention_full_jacobian_matches_loops_and_autograd():
+    """The official attention rule (consider_attn_constant = False): its impacts are the Jacobian of the attention
+    core Z = softmax(scale Q K^T) V times the inputs (checked against autograd's Jacobian, masked key included);
+    the alpha-beta split over all q, k, v inputs of each output and the joint per-head rescale match the slow
+    twin; sum |R_Q| + |R_K| + |R_V| = sum |R_Z| per sentence and head; a leading axis broadcasts."""
+    A, Q, K, V, Z, scale, R = _attn_inputs(46)
+    R = np.abs(R)
+    mask = np.where(A > 0, 0.0, -1e9)[:, :, :1, :]                           # the padded key of _attn_inputs
+
+    def core(q, k, v, b, h):
+        s_ = q @ k.T * scale + mask[b, h]
+        a = anp.exp(s_ - s_.max(-1, keepdims=True))
+        return (a / a.sum(-1, keepdims=True)) @ v
+    zq, zk, zv = lrp_rules.attention_impacts_official(A, Q, K, V, Z, scale)
+    for b, h in itertools.product(range(2), range(2)):
+        q, k, v = Q[b, h], K[b, h], V[b, h]
+        Jq = autograd.jacobian(lambda x: core(x, k, v, b, h))(q)               # (Tq, dh, Tq, dh)
+        Jk = autograd.jacobian(lambda x: core(q, x, v, b, h))(k)               # (Tq, dh, Tk, dh)
+        Jv = autograd.jacobian(lambda x: core(q, k, x, b, h))(v)
+        Tq = q.shape[0]
+        want_q = np.stack([Jq[i, :, i, :] * q[i][None, :] for i in range(Tq)])  # only its own query row
+        assert np.allclose(zq[b, h], want_q, atol=1e-10)
+        assert np.allclose(zk[b, h], Jk * k[None, None], atol=1e-10)
+        assert np.allclose(zv[b, h], np.einsum("qckc->qck", Jv * v[None, None]), atol=1e-10)
+    fast = lrp.attention_full_official(A, Q, K, V, Z, scale, R)
+    slow = ref.slow_attention_full_official(A, Q, K, V, scale, R)
+    for f, s_ in zip(fast, slow):
+        assert np.allclose(f, s_, atol=1e-10)
+    tot = sum(np.abs(x).sum((-1, -2)) for x in fast)
+    assert np.allclose(tot, R.sum((-1, -2)), atol=1e-12)
+    lead = np.stack([R, 2 * R])
+    for f, one in zip(lrp.attention_full_official(A, Q, K, V, Z, scale, lead), fast):
+        assert np.allclose(f[0], one) and np.allclose(f[1], 2 * one)
+
+
 BIAS_CONFIGS = [(True, True, "z", "values"), (False, False, "z", "values"), (True, False, "z", "full"),
-                (True, True, "official", "values"), (False, False, "official", "values")]
+                (True, True, "official", "values"), (False, False, "official", "values"),
+                (True, False, "official", "full")]
 
 
 @pytest.mark.parametrize("pre_norm,shared,linear,attention", BIAS_CONFIGS,
