@@ -32,14 +32,20 @@ def sample(lex):
 
 # ---- shipped data ---------------------------------------------------------------------------------
 def test_regenerating_data_small_is_byte_identical(tmp_path):
-    """python -m minihead.data.synth --seed 1234 regenerates data_small/ byte for byte (same file
-    names, same bytes), and the shipped data stays under 8 MiB."""
-    synth.main(["--out", str(tmp_path), "--seed", str(SEED)])
-    shipped = sorted(p.name for p in DATA.iterdir())
-    assert shipped == sorted(p.name for p in tmp_path.iterdir())
-    for name in shipped:
-        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
-    assert sum((DATA / n).stat().st_size for n in shipped) < 8 * 2**20
+    """python -m minihead.data.synth --seed 1234 regenerates data_small/ byte for byte, and the same command
+    with --control regenerates data_small/control/ (same file names, same bytes); all shipped data stays
+    under 12 MiB."""
+    total = 0
+    for sub, extra in (("", []), ("control", ["--control"])):
+        out, shipped_dir = tmp_path / (sub or "main"), DATA / sub
+        synth.main(["--out", str(out), "--seed", str(SEED)] + extra)
+        shipped = sorted(p.name for p in shipped_dir.iterdir() if p.is_file())
+        assert shipped == sorted(p.name for p in out.iterdir())
+        for name in shipped:
+            assert (out / name).read_bytes() == (shipped_dir / name).read_bytes(), f"{sub}/{name}"
+        total += sum((shipped_dir / n).stat().st_size for n in shipped)
+    assert sorted(p.name for p in DATA.iterdir() if p.is_dir()) == ["control"]
+    assert total < 12 * 2**20
 
 
 def test_cli_small_sizes_and_train_conllu(tmp_path):
@@ -134,10 +140,19 @@ def _subject_number(tree, v):
     return "Plur" if "Number=Plur" in tree.feats[s] else "Sing"
 
 
-def test_target_agreement_case_order_and_copy_rules(sample, lex):
-    """Checked from the tree and alignment for every generated pair: adjective suffix = gender
-    of its noun; verb suffix = (tense, subject number); the verb follows its subject and object
-    in the target (verb-final); the object particle is the verb class's; names are copied."""
+def _sandhi(p, i):
+    """The sandhi ending of a word at source position i: set by the first letter of source token i + 1."""
+    return "-" + synth.SANDHI[synth.sandhi_class(p.src[i + 1])]
+
+
+def test_target_needs_agreement_case_order_and_copy_rules(sample, lex):
+    """Checked from the tree and alignment for every generated pair (the language of data_small):
+    an adjective = its stem + the gender suffix of its NOUN + the sandhi ending of the NEXT source token,
+    and it precedes its noun; a verb = stem + (tense, subject number) suffix + sandhi ending, after its
+    subject and object (verb-final); the subject particle and the object particle are those of the
+    VERB's hidden class; an adverb carries the verb's class suffix; determiners and frequent nouns carry
+    the sandhi ending; names are copied. Over 20 subject particles are decided by a verb more than 3 words
+    away (a need only the nsubj arc can meet)."""
     n_far = 0
     for p in sample:
         t = p.tree
@@ -148,26 +163,59 @@ def test_target_agreement_case_order_and_copy_rules(sample, lex):
             if t.upos[i] == "ADJ":
                 noun = lex.by_form[t.tokens[t.heads[i] - 1]][0]
                 (k,) = pos[i]
-                assert p.tgt[k][:-1] in lex.by_form[t.tokens[i]][0].tgt
-                assert p.tgt[k].endswith(synth.GENDER_SUFFIX[noun.gender])
+                assert any(p.tgt[k] == s + synth.GENDER_SUFFIX[noun.gender] + _sandhi(p, i)
+                           for s in lex.by_form[t.tokens[i]][0].tgt)
+                assert k < min(pos[t.heads[i] - 1])
+            elif t.upos[i] == "DET":
+                assert [p.tgt[k] for k in pos[i]] == [lex.det_tgt[t.tokens[i]] + _sandhi(p, i)]
+            elif t.upos[i] == "ADV":
+                e_v = lex.by_form[t.tokens[t.heads[i] - 1]][0]
+                (k,) = pos[i]
+                assert any(p.tgt[k] == s + synth.ADV_SUFFIX[e_v.vclass] + _sandhi(p, i)
+                           for s in lex.by_form[t.tokens[i]][0].tgt)
             elif t.upos[i] == "VERB":
                 e = lex.by_form[t.tokens[i]][0]
                 tense = "Past" if "Tense=Past" in t.feats[i] else "Pres"
                 ks = pos[i]
-                verb_k = [k for k in ks if p.tgt[k] not in lex.case_tgt]
+                particles = set(lex.case_tgt) | set(lex.subj_case_tgt)
+                verb_k = [k for k in ks if p.tgt[k] not in particles]
                 assert len(verb_k) == 1
                 suffix = synth.VERB_SUFFIX[(tense, _subject_number(t, i))]
-                assert any(p.tgt[verb_k[0]] == s + suffix for s in e.tgt)
+                assert any(p.tgt[verb_k[0]] == s + suffix + _sandhi(p, i) for s in e.tgt)
                 for k in ks:
                     if k != verb_k[0]:
-                        assert p.tgt[k] == lex.case_tgt[e.vclass]
+                        assert p.tgt[k] in (lex.case_tgt[e.vclass], lex.subj_case_tgt[e.vclass])
                 for d in range(len(t)):
                     if t.heads[d] == i + 1 and t.deprels[d] in ("nsubj", "obj"):
                         assert max(pos[d]) < verb_k[0]
-                        n_far += t.deprels[d] == "nsubj" and i - d > 3 and tense == "Past"
+                        if t.deprels[d] == "nsubj" and t.upos[d] != "PRON":
+                            after = [k for k in ks if k > max(pos[d])]
+                            assert p.tgt[min(after)] == lex.subj_case_tgt[e.vclass]
+                            n_far += i - d > 3
             elif t.upos[i] == "PROPN":
                 assert [p.tgt[k] for k in pos[i]] == [t.tokens[i]]
-    assert n_far > 20  # agreement that only the nsubj arc can decide, across > 3 words
+    assert n_far > 20
+
+
+def test_control_language_has_the_same_words_without_the_needs(lex):
+    """The control (needs=False) translates the same trees into the same number of target tokens with
+    the same alignment, and each of its target tokens depends on its own source word only: no sandhi
+    ending, no gender or verb-class suffix, one subject and one object particle."""
+    needs, control = synth.generate(300, SEED, lex), synth.generate(300, SEED, lex, needs=False)
+    particles = {lex.subj_case_tgt[0], lex.case_tgt[0]}
+    for p, c in zip(needs, control):
+        assert p.src == c.src and p.align == c.align and len(p.tgt) == len(c.tgt)
+        for k, (tn, tc) in enumerate(zip(p.tgt, c.tgt)):
+            assert "-" not in tc
+            i = c.align[k]
+            if c.tree.upos[i] == "VERB" and tn in set(lex.case_tgt) | set(lex.subj_case_tgt):
+                assert tc in particles
+            elif c.tree.upos[i] == "ADJ":
+                assert tc in lex.by_form[c.tree.tokens[i]][0].tgt
+            elif c.tree.upos[i] == "ADV":
+                assert tc in lex.by_form[c.tree.tokens[i]][0].tgt
+    # Both variants draw the synonyms identically: the control is the needs language with the needs removed.
+    assert sum(p.tgt != c.tgt for p, c in zip(needs, control)) > 250
 
 
 def _entry(pool, synonyms=False):
@@ -175,12 +223,16 @@ def _entry(pool, synonyms=False):
 
 
 def test_translate_hand_checked_examples(lex):
-    """Two trees written by hand, their targets derived by hand from the rules:
+    """Two trees written by hand, their targets derived by hand from the rules (S(w) = sandhi ending
+    for the first letter of w, g = the noun's gender suffix, class = the verb's hidden class):
     1. "the N1s near the N2 V-ed a A1 A2 N3 ." (past: the source verb shows no number)
-       -> the N1-en the N2 near' | a N3 A1-g A2-g CASE(class) | V-un | .
+       -> the-S(N1s) N1-en-S(near) SUBJ(class) the-S(N2) N2-S(V-ed) near' | a-S(A1) A1-g-S(A2) A2-g-S(N3)
+          N3-S(.) OBJ(class) | V-un-S(a) | .
     2. "X and the N1s that V2-ed N2s V3 ." (coordinated subject; subject relative clause whose
        past verb takes the plural of its antecedent N1s)
-       -> X AND the N1-en REL_S N2-en CASE(class 0) V2-un | V3-an | ."""
+       -> X AND the-S(N1s) N1-en-S(that) SUBJ(class of V3) REL_S N2-en-S(V3) OBJ(class of V2)
+          V2-un-S(N2s) V3-an-S(.) ."""
+    S = lambda w: "-" + synth.SANDHI[synth.sandhi_class(w)]   # noqa: E731
     n1, n2, n3 = [e for e in lex.nouns if len(e.tgt) == 1][:3]
     a1, a2 = [e for e in lex.adjs if len(e.tgt) == 1][:2]
     v = next(e for e in lex.verbs_tr if len(e.tgt) == 1 and e.vclass == 1)
@@ -190,32 +242,35 @@ def test_translate_hand_checked_examples(lex):
     upos = ["DET", "NOUN", "ADP", "DET", "NOUN", "VERB", "DET", "ADJ", "ADJ", "NOUN", "PUNCT"]
     tgt, align = synth.translate(conllu_io.Sentence(toks, heads, rels, upos), lex, random.Random(0))
     g = synth.GENDER_SUFFIX[n3.gender]
-    assert tgt == [lex.det_tgt["the"], n1.tgt[0] + "en", lex.det_tgt["the"], n2.tgt[0], lex.prep_tgt["near"],
-                   lex.det_tgt["a"], n3.tgt[0], a1.tgt[0] + g, a2.tgt[0] + g, lex.case_tgt[1],
-                   v.tgt[0] + "un", "."]
-    assert align == [0, 1, 3, 4, 2, 6, 9, 7, 8, 5, 5, 10]
+    assert tgt == [lex.det_tgt["the"] + S(n1.src[1]), n1.tgt[0] + "en" + S("near"),
+                   lex.det_tgt["the"] + S(n2.src[0]), n2.tgt[0] + S(v.src[2]), lex.prep_tgt["near"],
+                   lex.subj_case_tgt[1],
+                   lex.det_tgt["a"] + S(a1.src[0]), a1.tgt[0] + g + S(a2.src[0]), a2.tgt[0] + g + S(n3.src[0]),
+                   n3.tgt[0] + S("."), lex.case_tgt[1], v.tgt[0] + "un" + S("a"), "."]
+    assert align == [0, 1, 3, 4, 2, 5, 6, 7, 8, 9, 5, 5, 10]
 
     name = lex.names[0]
     v2 = next(e for e in lex.verbs_tr if len(e.tgt) == 1 and e.vclass == 0)
-    v3 = next(e for e in lex.verbs_in if len(e.tgt) == 1)
+    v3 = next(e for e in lex.verbs_in if len(e.tgt) == 1 and e.vclass == 2)
     toks = [name, "and", "the", n1.src[1], "that", v2.src[2], n2.src[1], v3.src[0], "."]
     heads = [8, 4, 4, 1, 6, 4, 6, 0, 8]
     rels = ["nsubj", "cc", "det", "conj", "nsubj", "acl:relcl", "obj", "root", "punct"]
     upos = ["PROPN", "CCONJ", "DET", "NOUN", "PRON", "VERB", "NOUN", "VERB", "PUNCT"]
     tgt, _ = synth.translate(conllu_io.Sentence(toks, heads, rels, upos), lex, random.Random(0))
-    assert tgt == [name, lex.and_tgt, lex.det_tgt["the"], n1.tgt[0] + "en", lex.rel_tgt["nsubj"],
-                   n2.tgt[0] + "en", lex.case_tgt[0], v2.tgt[0] + "un", v3.tgt[0] + "an", "."]
+    assert tgt == [name, lex.and_tgt, lex.det_tgt["the"] + S(n1.src[1]), n1.tgt[0] + "en" + S("that"),
+                   lex.rel_tgt["nsubj"], n2.tgt[0] + "en" + S(v3.src[0]), lex.case_tgt[0],
+                   v2.tgt[0] + "un" + S(n2.src[1]), lex.subj_case_tgt[2], v3.tgt[0] + "an" + S("."), "."]
 
 
 def test_synonyms_are_seeded_noise(lex):
     """A noun with target synonyms translates to each of them (the first in 45-75% of 200 draws),
-    and the choice is a function of the seeded random generator only."""
+    and the choice is a function of the seeded random generator only (control language: bare stems)."""
     n = _entry(lex.nouns, synonyms=True)
     tree = conllu_io.Sentence(["the", n.src[0], lex.verbs_in[0].src[1], "."], [2, 3, 0, 3],
                               ["det", "nsubj", "root", "punct"], ["DET", "NOUN", "VERB", "PUNCT"])
-    draws = [synth.translate(tree, lex, random.Random(s))[0][1] for s in range(200)]
+    draws = [synth.translate(tree, lex, random.Random(s), needs=False)[0][1] for s in range(200)]
     assert set(draws) == set(n.tgt) and 0.45 < draws.count(n.tgt[0]) / 200 < 0.75
-    assert draws == [synth.translate(tree, lex, random.Random(s))[0][1] for s in range(200)]
+    assert draws == [synth.translate(tree, lex, random.Random(s), needs=False)[0][1] for s in range(200)]
 
 
 # ---- vocabulary and batching ----------------------------------------------------------------------

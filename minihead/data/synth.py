@@ -33,6 +33,10 @@ GENDER_SUFFIX = ("a", "o", "i")                                  # adjective suf
 PLURAL_SUFFIX = "en"                                             # target noun plural
 VERB_SUFFIX = {("Pres", "Sing"): "a", ("Pres", "Plur"): "an",    # target verb tense + number
                ("Past", "Sing"): "u", ("Past", "Plur"): "un"}
+N_VCLASS = 3                                                     # hidden verb classes (case particles)
+ADV_SUFFIX = ("e", "ai", "oa")                                   # adverb suffix by its verb's class
+SANDHI = ("k", "m", "t")                                         # ending by the NEXT source token's initial
+SANDHI_GROUPS = ("abcdefgh", "ijklmnopq", "rstuvwxyz")           # initial letter -> sandhi class
 
 # ---- source function words (English) ------------------------------------------------------------
 DETS_SG = (("the", 0.5), ("a", 0.3), ("this", 0.08), ("that", 0.06), ("every", 0.06))
@@ -68,7 +72,7 @@ class Entry:
     src: tuple           # noun (sg, pl); verb (base, 3sg, past); adj/adv (form,)
     tgt: tuple           # target stems; a second stem is a synonym
     gender: int = -1     # nouns: index into GENDER_SUFFIX
-    vclass: int = -1     # transitive verbs: 0 or 1 (object case particle); -1 intransitive
+    vclass: int = -1     # verbs: 0, 1 or 2, hidden (selects the subject and object case particles)
 
 
 @dataclass
@@ -88,12 +92,12 @@ class Lexicon:
         self.used = set(w for w, _ in DETS_SG + DETS_PL + RELPRONS) | set(PREPS) | {"and", "."}
         gen = self._unique
         self.nouns = [self._noun(rng, _SRC, (1, 2), "noun") for _ in range(SIZES["noun"])]
-        self.verbs_tr = [self._verb(rng, vclass=k % 2) for k in range(SIZES["verb_tr"])]
-        self.verbs_in = [self._verb(rng, vclass=-1) for _ in range(SIZES["verb_in"])]
+        self.verbs_tr = [self._verb(rng, vclass=k % N_VCLASS) for k in range(SIZES["verb_tr"])]
+        self.verbs_in = [self._verb(rng, vclass=k % N_VCLASS) for k in range(SIZES["verb_in"])]
         self.adjs = [Entry("adj", (gen(rng, _SRC, (1, 2)),), self._stems(rng, suffixes=GENDER_SUFFIX))
                      for _ in range(SIZES["adj"])]
         adv_inv = (_SRC[0], _SRC[1], tuple(c for c in _SRC[2] if "l" not in c))  # no "-llly"
-        self.advs = [Entry("adv", (gen(rng, adv_inv, (2, 2), suffix="ly"),), self._stems(rng, suffixes=("",)))
+        self.advs = [Entry("adv", (gen(rng, adv_inv, (2, 2), suffix="ly"),), self._stems(rng, suffixes=ADV_SUFFIX))
                      for _ in range(SIZES["adv"])]
         self.rare_nouns = [self._noun(rng, _SRC, (2, 3), "rare_noun") for _ in range(SIZES["rare_noun"])]
         self.names = [gen(rng, _NAME, (2, 3), final_coda=0.4) for _ in range(SIZES["name"])]
@@ -101,7 +105,8 @@ class Lexicon:
         f = lambda: gen(rng, _TGT, (1, 1), final_coda=0.0, min_len=2)  # noqa: E731
         self.det_tgt = {w: f() for w in sorted({w for w, _ in DETS_SG + DETS_PL})}
         self.prep_tgt = {p: f() for p in PREPS}
-        self.case_tgt = (f(), f())          # object particle for verb class 0 / 1
+        self.case_tgt = tuple(f() for _ in range(N_VCLASS))       # object particle by verb class
+        self.subj_case_tgt = tuple(f() for _ in range(N_VCLASS))  # subject particle by verb class
         self.rel_tgt = {"nsubj": f(), "obj": f()}  # relativizer by role of the pronoun
         self.and_tgt = f()
         self.by_form = {}
@@ -344,11 +349,21 @@ class _Builder:
 
 
 # ---- target: a function of the tree -----------------------------------------------------------------
-def translate(tree, lex, rng):
+def sandhi_class(token):
+    """Sandhi class of a source token: the group of ``SANDHI_GROUPS`` its first letter is in ("." -> 0)."""
+    c = token[0]
+    return next((k for k, g in enumerate(SANDHI_GROUPS) if c in g), 0)
+
+
+def translate(tree, lex, rng, needs=True):
     """Target tokens and alignment for a source tree (see the module docstring for the rules).
 
-    ``rng`` (a ``random.Random``) only chooses between synonyms. ``align[k]`` is the source word
-    the k-th target token realises; a case particle is aligned to the verb that selects it.
+    ``needs=False`` is the control language: the same words in the same order, but no form depends on
+    a word other than the one it translates (no sandhi ending, one subject and one object particle, no
+    adverb class suffix, no adjective gender), so the encoder has nothing to fetch from a neighbour or a
+    relative. ``rng`` (a ``random.Random``) only chooses between synonyms, and both variants draw from it
+    identically. ``align[k]`` is the source word the k-th target token realises; a case particle is
+    aligned to the verb that selects it.
     """
     n = len(tree)
     kids = [[] for _ in range(n)]
@@ -360,7 +375,9 @@ def translate(tree, lex, rng):
             kids[h - 1].append(i)
     out, align = [], []
 
-    def emit(word, i):
+    def emit(word, i, sandhi=False):
+        if sandhi and needs:   # the ending is chosen by the NEXT source token, which only the encoder sees
+            word = f"{word}-{SANDHI[sandhi_class(tree.tokens[i + 1])]}"
         out.append(word)
         align.append(i)
 
@@ -394,10 +411,11 @@ def translate(tree, lex, rng):
         else:
             e, number = lex.by_form[tree.tokens[i]]
             for d in child(i, "det"):
-                emit(lex.det_tgt[tree.tokens[d]], d)
-            emit(stem(e) + (PLURAL_SUFFIX if number == "Plur" else ""), i)
-            for a in child(i, "amod"):
-                emit(stem(lex.by_form[tree.tokens[a]][0]) + GENDER_SUFFIX[e.gender], a)
+                emit(lex.det_tgt[tree.tokens[d]], d, sandhi=True)
+            for a in child(i, "amod"):   # before the noun, agreeing with its gender (unseen in the source)
+                emit(stem(lex.by_form[tree.tokens[a]][0]) + (GENDER_SUFFIX[e.gender] if needs else ""), a,
+                     sandhi=True)
+            emit(stem(e) + (PLURAL_SUFFIX if number == "Plur" else ""), i, sandhi=(e.kind == "noun"))
             for m in child(i, "nmod"):
                 pp(m)
             for r in child(i, "acl:relcl"):
@@ -413,22 +431,24 @@ def translate(tree, lex, rng):
     def clause(v):
         for c in child(v, "cc"):
             emit(lex.and_tgt, c)
+        e, (tense, _) = lex.by_form[tree.tokens[v]]
+        k_case = e.vclass if needs else 0   # the control has one subject and one object particle
         subj, obj = child(v, "nsubj")[0], child(v, "obj")
         for k in [subj] + obj:
             if tree.upos[k] == "PRON":
                 emit(lex.rel_tgt[tree.deprels[k]], k)
         if tree.upos[subj] != "PRON":
             np(subj)
+            emit(lex.subj_case_tgt[k_case], v)   # ergative-like: the verb's class marks its subject
         for o in child(v, "obl"):
             pp(o)
-        e, (tense, _) = lex.by_form[tree.tokens[v]]
         for o in obj:
             if tree.upos[o] != "PRON":
                 np(o)
-                emit(lex.case_tgt[e.vclass], v)
+                emit(lex.case_tgt[k_case], v)
         for a in child(v, "advmod"):
-            emit(stem(lex.by_form[tree.tokens[a]][0]), a)
-        emit(stem(e) + VERB_SUFFIX[(tense, number_of(subj))], v)
+            emit(stem(lex.by_form[tree.tokens[a]][0]) + (ADV_SUFFIX[e.vclass] if needs else ""), a, sandhi=True)
+        emit(stem(e) + VERB_SUFFIX[(tense, number_of(subj))], v, sandhi=True)
         for c in child(v, "conj"):
             clause(c)
 
@@ -439,7 +459,7 @@ def translate(tree, lex, rng):
 
 
 # ---- corpus -----------------------------------------------------------------------------------------
-def generate(n, seed, lexicon=None):
+def generate(n, seed, lexicon=None, needs=True):
     """``n`` distinct source sentences with trees and targets. The stream is prefix-stable:
     ``generate(m, seed)`` is the first m pairs of ``generate(n, seed)`` for m < n."""
     lex = lexicon or Lexicon(seed)
@@ -453,7 +473,7 @@ def generate(n, seed, lexicon=None):
             continue
         seen.add(key)
         tree = b.tree()
-        tgt, align = translate(tree, lex, rng)
+        tgt, align = translate(tree, lex, rng, needs=needs)
         out.append(SynthPair(src=list(b.forms), tgt=tgt, tree=tree, align=align))
     return out
 
@@ -474,15 +494,16 @@ def write_split(out_dir, split, pairs, with_conllu=True):
         write_conllu(out_dir / f"{split}.conllu", trees)
 
 
-def write_data_small(out, seed=1234, n_train=30000, n_dev=1000, n_test=1000, train_conllu=False):
-    """Generate and write train / dev / test and README.md into ``out``; returns the splits."""
+def write_data_small(out, seed=1234, n_train=30000, n_dev=1000, n_test=1000, train_conllu=False, needs=True):
+    """Generate and write train / dev / test and README.md into ``out``; returns the splits.
+    ``needs=False`` writes the control language (same sources and trees, no needs)."""
     lex = Lexicon(seed)
-    pairs = generate(n_train + n_dev + n_test, seed, lex)
+    pairs = generate(n_train + n_dev + n_test, seed, lex, needs=needs)
     splits = {"train": pairs[:n_train], "dev": pairs[n_train:n_train + n_dev],
               "test": pairs[n_train + n_dev:]}
     for name, ps in splits.items():
         write_split(out, name, ps, with_conllu=(name != "train" or train_conllu))
-    (pathlib.Path(out) / "README.md").write_text(_readme(splits, lex, seed), encoding="utf-8")
+    (pathlib.Path(out) / "README.md").write_text(_readme(splits, lex, seed, needs), encoding="utf-8")
     return splits
 
 
@@ -511,7 +532,7 @@ def _stats(splits):
                 rare_sent=sum(any(t in rare for t in p.src) for p in splits["train"]) / len(splits["train"]))
 
 
-def _readme(splits, lex, seed):
+def _readme(splits, lex, seed, needs=True):
     st = _stats(splits)
     dev = splits["dev"]
 
@@ -521,15 +542,15 @@ def _readme(splits, lex, seed):
     def far_subj(p):
         return any(p.tree.deprels[i] == "nsubj" and p.tree.heads[i] - 1 - i > 3 for i in range(len(p.src)))
     examples = [
-        ("Long-distance agreement across a relative clause (past tense: the source verb shows no number)",
-         first(lambda p: "acl:relcl" in p.tree.deprels and far_subj(p) and len(p.src) <= 14
-               and any(f.startswith("Tense=Past") for f in p.tree.feats))),
-        ("Stacked adjectives take the gender of their noun; a name is copied",
+        ("Sandhi endings (set by the next source token) and adjectives before their noun, in its gender",
          first(lambda p: "PROPN" in p.tree.upos and len(p.src) <= 14
                and any(p.tree.heads[i] == p.tree.heads[i + 1] and p.tree.deprels[i] == "amod" == p.tree.deprels[i + 1]
                        for i in range(len(p.src) - 1)))),
-        ("Object case chosen by the verb class; adverb and PP reordered",
+        ("Subject and object particles and the adverb suffix chosen by the verb's hidden class",
          first(lambda p: {"obj", "advmod", "obl"} <= set(p.tree.deprels) and len(p.src) <= 14)),
+        ("A subject particle chosen by a verb after a relative clause (past tense: the verb shows no number)",
+         first(lambda p: "acl:relcl" in p.tree.deprels and far_subj(p) and len(p.src) <= 14
+               and any(f.startswith("Tense=Past") for f in p.tree.feats))),
         ("Clause coordination (each clause verb-final) and a coordinated, plural subject",
          first(lambda p: len(p.src) <= 22 and any(
              p.tree.deprels[i] == "conj" and p.tree.upos[i] == "VERB" for i in range(len(p.src))) and any(
@@ -538,10 +559,18 @@ def _readme(splits, lex, seed):
     ]
     L = []
     w = L.append
-    w("# data_small: a synthetic language pair with gold syntax\n")
-    w(f"Generated by `python -m minihead.data.synth --out data_small --seed {seed}` "
-      "(`minihead/data/synth.py`); every file here is regenerated byte for byte by that command "
-      "(a test checks it). Do not edit by hand.\n")
+    if needs:
+        w("# data_small: a synthetic language pair with gold syntax, whose translation needs the head functions\n")
+        w(f"Generated by `python -m minihead.data.synth --out data_small --seed {seed}` "
+          "(`minihead/data/synth.py`); every file here is regenerated byte for byte by that command "
+          "(a test checks it). Do not edit by hand.\n")
+    else:
+        w("# data_small/control: the same language pair without the needs (the control)\n")
+        w(f"Generated by `python -m minihead.data.synth --out data_small/control --seed {seed} --control` "
+          "(`minihead/data/synth.py`); every file here is regenerated byte for byte by that command "
+          "(a test checks it). Do not edit by hand. Same lexicon, source sentences, trees, word order and sizes "
+          "as `data_small/`; no target form depends on a source word other than the one it translates, "
+          "except the verb's number agreement, which the decoder can read off the subject it has written.\n")
     w("## Files\n")
     w("| file | content |\n|---|---|")
     for name, ps in splits.items():
@@ -572,21 +601,35 @@ def _readme(splits, lex, seed):
       "`cc` attaches to the conjunct it precedes; `.` is `punct` of the root verb. FEATS give "
       "Number (nouns, present verbs) and Tense.\n")
     w("## Target rules (a function of the tree)\n")
-    w("- Clause, recursively: `[REL] subject [obl PP] [object CASE] [adverbs] verb`, then conjoined "
+    w("Every rule below that makes a target word depend on ANOTHER source word is a need: the decoder cannot "
+      "read it off the words it has already written, so the encoder has to bring it to the word that needs it. "
+      "The control language (`--control`, shipped in `control/`) has the same lexicon, trees, word order and "
+      "sizes but none of these needs (marked *need* below).\n")
+    w("- Clause, recursively: `[REL] subject SUBJ-CASE [obl PP] [object OBJ-CASE] [adverbs] verb`, then conjoined "
       "clauses `AND ...`, then `.`.\n"
-      "- NP: `[det] noun[-en if plural] adjective-GENDER* [nmod PP] [relative clause]`, coordination "
-      "`NP AND NP`; adjectives keep their source order and agree in gender with the noun "
-      f"(suffix {', '.join(f'-{s}' for s in GENDER_SUFFIX)} for genders 0, 1, 2; gender is a lexical "
-      "property of the noun, invisible on the source side).\n"
+      "- *Need (nsubj and obj, dependent -> verb):* every verb has a hidden class (0, 1, 2; a lexical property "
+      "the source never shows). The subject is followed by a case particle chosen by its verb's class "
+      f"({', '.join(f'`{x}`' for x in lex.subj_case_tgt)}), the object by another "
+      f"({', '.join(f'`{x}`' for x in lex.case_tgt)}), as in ergative languages; both are written before "
+      "the verb. Control: one subject particle and one object particle.\n"
+      "- *Need (advmod, adverb -> verb):* adverbs move to just before the verb and take a suffix for the "
+      f"verb's class ({', '.join(f'-{x}' for x in ADV_SUFFIX)}). Control: no suffix.\n"
+      "- NP: `[det] adjective-GENDER* noun[-en if plural] [nmod PP] [relative clause]`, coordination `NP AND NP`. "
+      "*Need (amod, adjective -> noun):* adjectives come before their noun and agree with its gender (suffix "
+      f"{', '.join(f'-{x}' for x in GENDER_SUFFIX)} for genders 0, 1, 2; a lexical property of the noun, "
+      "invisible on the source side). Control: no gender suffix.\n"
+      "- *Need (positional, +1):* as in sandhi, a word's ending depends on its neighbour: every target word "
+      "that translates a determiner, a frequent noun, an adjective, an adverb or a verb ends in "
+      f"{', '.join(f'`-{x}`' for x in SANDHI)} for the group of the first letter of the NEXT source token "
+      f"({', '.join(SANDHI_GROUPS)}; `.` counts as the first group). Names, rare nouns, particles and "
+      "postpositions take no ending. Control: no ending.\n"
       "- Verb suffix by tense and the subject's number: "
       + ", ".join(f"{t} {n} `-{s}`" for (t, n), s in VERB_SUFFIX.items())
       + ". The number comes from the subject (coordination = plural; a relative pronoun takes its "
-      "antecedent's number), also across intervening PPs and relative clauses.\n"
-      f"- The object is followed by a case particle chosen by the verb's class: class 0 `{lex.case_tgt[0]}`, "
-      f"class 1 `{lex.case_tgt[1]}`.\n"
-      "- Adverbs move to just before the verb; PPs become postpositional phrases `NP POSTP`.\n"
-      f"- Relative clauses follow their noun and start with a relativizer for the pronoun's role "
-      f"(`{lex.rel_tgt['nsubj']}` subject, `{lex.rel_tgt['obj']}` object).\n"
+      "antecedent's number); the subject is written before the verb, so the decoder can read the number off "
+      "its own output (in both languages).\n"
+      "- PPs become postpositional phrases `NP POSTP`. Relative clauses follow their noun and start with a "
+      f"relativizer for the pronoun's role (`{lex.rel_tgt['nsubj']}` subject, `{lex.rel_tgt['obj']}` object).\n"
       "- Target content words come from a different generated lexicon; names are copied unchanged; "
       "rare nouns translate to rare target nouns.\n"
       f"- Noise: {int(P['synonym'] * 100)}% of frequent content words have two target stems, the first "
@@ -627,8 +670,9 @@ def main(argv=None):
     ap.add_argument("--n-dev", type=int, default=1000)
     ap.add_argument("--n-test", type=int, default=1000)
     ap.add_argument("--train-conllu", action="store_true", help="also write train.conllu (large)")
+    ap.add_argument("--control", action="store_true", help="write the control language (no needs)")
     a = ap.parse_args(argv)
-    write_data_small(a.out, a.seed, a.n_train, a.n_dev, a.n_test, a.train_conllu)
+    write_data_small(a.out, a.seed, a.n_train, a.n_dev, a.n_test, a.train_conllu, needs=not a.control)
 
 
 if __name__ == "__main__":
