@@ -371,9 +371,24 @@ def validate_reproduce(a):
         check_not_locked(folder)
 
 
+def validate_emergence(a):
+    from .emergence import parse_seeds
+    from .train import check_settings, preset
+    a.seeds_list = parse_seeds(a.seeds)
+    a.settings = parse_settings(a.set)
+    if "seed" in a.settings:
+        raise UsageError("--set seed=...: give the seeds with --seeds")
+    check_settings(*preset(a.config, 100, **a.settings))
+    check_data(a, ("train", "dev"))
+    check_input_file(os.path.join(a.data, "dev.conllu"), "dev trees (dev.conllu)")
+    check_output_folder(a.runs, "--runs")
+    if a.json:
+        check_output_file(a.json, "--json")
+
+
 VALIDATE = {"train": validate_train, "translate": validate_translate, "evaluate": validate_evaluate,
             "importance": validate_importance, "roles": validate_roles, "prune": validate_prune,
-            "reproduce": validate_reproduce}
+            "reproduce": validate_reproduce, "emergence": validate_emergence}
 
 
 def _interrupted(a):
@@ -441,6 +456,8 @@ def build_parser():
     _retype(add_prune_command(sp), lam=number(0), steps=integer(1), n_test=integer(1), seed=integer(0),
             lr_gates=number(0, lo_open=True), lr_params=number(0, lo_open=True))
     add_reproduce_command(sp)
+    from .emergence import add_emergence_command
+    _retype(add_emergence_command(sp), n_trees=integer(1))
     return p
 
 

@@ -30,14 +30,43 @@ class Study:
     path: str               # the best checkpoint
 
 
+def blas_threads():
+    """Threads the BLAS library uses now (threadpoolctl). Float32 GEMM sums depend on how the work is split
+    between threads, so models trained with 1 and with 2 threads differ and are cached apart."""
+    from threadpoolctl import threadpool_info
+    counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    return max(counts) if counts else 1
+
+
+def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt")):
+    """Short hash of the bytes of a data folder's parallel files: a regenerated language gets new run folders."""
+    import hashlib
+    h = hashlib.sha1()
+    for n in names:
+        path = os.path.join(str(folder), n)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                h.update(n.encode() + b"\0" + f.read())
+    return h.hexdigest()[:8]
+
+
+def run_folder(name, data="data_small", runs=None, **overrides):
+    """``runs/<name>[-<setting><value>...]-t<BLAS threads>-<data hash>``: everything that determines the model
+    is in the name, so the test suite (one BLAS thread) never reuses a model the command line trained with
+    two, and a regenerated data_small never reuses a model of the old one."""
+    from .data.corpus import resolve_data
+    tag = name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
+    return os.path.join(str(runs or RUNS), f"{tag}-t{blas_threads()}-{data_fingerprint(resolve_data(data))}")
+
+
 def load_study(name="quick", data="data_small", runs=None, progress=True, **overrides):
     """Train (first call) or load (later calls) the named preset on ``data``; ``overrides`` change the
-    preset (and therefore the run folder's name). ``done.json`` (the training's history, written atomically
+    preset (and therefore the run folder's name, see :func:`run_folder`). ``done.json`` (the training's history, written atomically
     when it ends) marks a finished training; an unreadable one is an error naming it (delete it: the
     training then resumes from last.npz, which holds the whole history, and ends at once)."""
     splits, trees = load_data_small(data)
     tag = name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
-    out = os.path.join(str(runs or RUNS), tag)
+    out = run_folder(name, data, runs, **overrides)
     n_train = preset(name, 1, **overrides)[1].n_train
     train_pairs = list(zip(*splits["train"]))
     corpus = Corpus.build(train_pairs, list(zip(*splits["dev"])), n_train=n_train)

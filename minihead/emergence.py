@@ -1,0 +1,153 @@
+"""Do the paper's head functions emerge? One model per seed, trained and measured the same way.
+
+``python -m minihead emergence --config quick --seeds 1,2,3 [--data data_small/control]`` trains one model
+per seed on a parallel corpus with gold trees (data_small by default), then measures on the dev trees, for
+each seed: dev BLEU, the best encoder head's share of argmaxes on -1 / +1 and its confidence (sec. 5.1),
+the best head per dependency relation and direction against the fixed-offset baseline (sec. 5.2, Table 1)
+and the rare-word share (sec. 5.3). The verdicts come from :mod:`minihead.findings`, the one home of the
+paper's criteria. Models are cached per seed under ``runs/emergence/`` (a key of every setting that
+determines the model, BLAS thread count included), so a second call only measures.
+"""
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import findings, study
+from .errors import MiniheadError
+
+
+@dataclass
+class SeedResult:
+    """What one seed's model shows. Shares and accuracies are fractions in [0, 1]."""
+    seed: int
+    dev_bleu: float
+    steps: int
+    positional: dict          # findings.positional(...) as a dict
+    syntactic: dict           # findings.syntactic(...) as a dict
+    rare: dict                # findings.rare_word(...) as a dict
+    extra: dict = field(default_factory=dict)
+
+
+def measure(params, cfg, vocab, trees, src_freq):
+    """The three head functions of one model on gold ``trees``: dicts of :mod:`minihead.findings`."""
+    from .analysis import head_roles
+    rep = head_roles(params, cfg, vocab, trees, src_freq)
+    return (findings.positional(rep).to_dict(), findings.syntactic(rep).to_dict(),
+            findings.rare_word(rep).to_dict())
+
+
+def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True, log=print):
+    """Train (or reuse) the model of one seed and measure it; returns a SeedResult."""
+    from . import checkpoint
+    from .data.conllu_io import read_conllu
+    from .data.corpus import read_parallel
+    from .prune import cached_json, key_hash
+    from .study import blas_threads, data_fingerprint
+    from .train import Corpus, preset, train
+
+    train_pairs = read_parallel(os.path.join(data, "train.src"), os.path.join(data, "train.tgt"))
+    dev_pairs = read_parallel(os.path.join(data, "dev.src"), os.path.join(data, "dev.tgt"))
+    _, tcfg = preset(config, 1, seed=seed, **overrides)
+    corpus = Corpus.build(train_pairs, dev_pairs, n_train=tcfg.n_train)
+    cfg, tcfg = preset(config, len(corpus.vocab), seed=seed, **overrides)
+    trees = read_conllu(os.path.join(data, "dev.conllu"))[:n_trees]
+    key = {"data": os.path.abspath(data), "data_hash": data_fingerprint(data), "cfg": cfg.__dict__,
+           "train": tcfg.to_dict(), "blas_threads": blas_threads(), "n_trees": n_trees, "version": 1}
+    out = os.path.join(runs_dir, f"{config}-seed{seed}-{key_hash(key)}")
+
+    def compute():
+        best = os.path.join(out, "best.npz")
+        if os.path.exists(best) and not os.path.exists(os.path.join(out, "last.npz")):
+            raise MiniheadError(f"{out}: best.npz without last.npz; remove the folder to retrain")
+        res = None
+        if not _finished(out, tcfg):
+            os.makedirs(out, exist_ok=True)
+            res = train(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
+                        progress=progress, log=log)
+        ck = checkpoint.load(best)
+        pos, syn, rare = measure(ck.params, ck.cfg, ck.vocab, trees, corpus.src_freq)
+        steps = ck.meta.get("step")
+        bleu = ck.meta.get("best_bleu") if res is None else res.best_bleu
+        return {"seed": seed, "dev_bleu": bleu, "steps": steps, "positional": pos, "syntactic": syn,
+                "rare": rare}
+
+    r = cached_json(os.path.join(out, "emergence.json"), key, compute)
+    r.pop("cached", None)
+    return SeedResult(**r)
+
+
+def _finished(out, tcfg):
+    from . import checkpoint
+    last = os.path.join(out, "last.npz")
+    if not os.path.exists(last):
+        return False
+    meta = checkpoint.load(last).meta
+    return meta.get("step", 0) >= tcfg.max_steps or meta.get("bad_evals", 0) >= tcfg.patience
+
+
+def summary(results):
+    """Rows of the emergence table, one per seed, and a closing line per finding with the seed count."""
+    lines = ["| seed | dev BLEU | best +-1 share (offset, layer-head) | its confidence | positional | "
+             "syntactic relations (margin, points) | rare-word share / chance |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        p, s, q = r.positional, r.syntactic, r.rare
+        rels = ", ".join(f"{rel} {d} {m * 100:+.0f}" for (rel, d, m) in s["best_margins"]) or "-"
+        held = ", ".join(s["relations_held"]) or "none"
+        rare = f"{q['share']:.2f} / {q['chance']:.2f}" if q["share"] is not None else "n/a"
+        lines.append(f"| {r.seed} | {r.dev_bleu:.1f} | {p['share']:.2f} ({p['offset']:+d}, L{p['head'][0]}H{p['head'][1]}) "
+                     f"| {p['confidence']:.2f} | {'yes' if p['held'] else 'no'} | {held} ({rels}) | {rare} |")
+    n = len(results)
+    lines.append("")
+    lines.append(f"positional head (share >= {findings.POSITIONAL_SHARE}, confidence > "
+                 f"{findings.POSITIONAL_CONFIDENCE}): {sum(r.positional['held'] for r in results)} of {n} seeds")
+    for k in (2, 3):
+        lines.append(f"syntactic heads for >= {k} of the 4 relations (>= {findings.SYNTACTIC_MARGIN * 100:.0f} "
+                     f"points over the offset baseline): "
+                     f"{sum(len(r.syntactic['relations_held']) >= k for r in results)} of {n} seeds")
+    lines.append(f"rare-word head (>= {findings.RARE_FACTOR} x chance): "
+                 f"{sum(bool(r.rare['held']) for r in results)} of {n} seeds")
+    return "\n".join(lines)
+
+
+def add_emergence_command(subparsers):
+    """Register ``emergence`` on an argparse ``add_subparsers()`` object."""
+    s = subparsers.add_parser("emergence", help="train one model per seed and measure whether positional, "
+                              "syntactic and rare-word heads emerge")
+    from .train import PRESETS
+    s.add_argument("--config", default="quick", choices=sorted(PRESETS), help="named preset")
+    s.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
+    s.add_argument("--data", default="data_small", help="folder with train/dev .src/.tgt and dev.conllu "
+                   "(default data_small; data_small/control is the control language)")
+    s.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override preset settings (not the seed)")
+    s.add_argument("--n-trees", type=int, default=None, help="measure on the first N dev trees (default all)")
+    s.add_argument("--runs", default="runs/emergence", help="cache folder of the models")
+    s.add_argument("--json", default=None, help="also write the results to this JSON file")
+    s.set_defaults(func=cmd_emergence)
+    return s
+
+
+def parse_seeds(text):
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MiniheadError(f"--seeds {text!r}: give whole numbers separated by commas, e.g. 1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise MiniheadError(f"--seeds {text!r}: give at least one seed, each once")
+    return seeds
+
+
+def cmd_emergence(a):
+    """The ``emergence`` command (arguments checked by :func:`minihead.cli.validate_emergence`)."""
+    results = []
+    for seed in a.seeds_list:
+        print(f"seed {seed}: training / measuring ({a.config}, {a.data})", flush=True)
+        results.append(run_seed(a.data, a.config, seed, a.settings, a.runs, a.n_trees))
+    print(f"\n## Emergence: {a.config}, {a.data}, seeds {','.join(map(str, a.seeds_list))}, "
+          f"{study.blas_threads()} BLAS thread(s)\n")
+    print(summary(results))
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump([r.__dict__ for r in results], f, indent=1)
+    return results
