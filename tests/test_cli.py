@@ -18,17 +18,23 @@ def run_cli(*args, env=None):
 
 
 def test_missing_checkpoint_is_one_line(tmp_path):
+    """A checkpoint path that does not exist (run as ``python -m minihead translate``): exit status 2 and stderr
+    is exactly the one line ``error: <path>: no such checkpoint file``."""
     r = run_cli("translate", str(tmp_path / "nope.npz"))
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: {tmp_path / 'nope.npz'}: no such checkpoint file"
 
 
 def test_unknown_backend_is_one_line():
+    """``MINIHEAD_BACKEND=tpu``: the command exits with a non-zero status and stderr names ``unknown backend
+    'tpu'`` (the exact one-line form and status 2 are specified by test_bad_backend_is_one_line_at_import)."""
     r = run_cli("translate", "x.npz", env={"MINIHEAD_BACKEND": "tpu"})
     assert r.returncode != 0 and "unknown backend 'tpu'" in r.stderr
 
 
 def test_misaligned_parallel_files_name_both(tmp_path, capsys):
+    """train.src with 2 lines beside train.tgt with 1: ``train`` exits with status 2 and its error names both
+    files, train.src and train.tgt."""
     (tmp_path / "train.src").write_text("a b\nc d\n")
     (tmp_path / "train.tgt").write_text("x\n")
     (tmp_path / "dev.src").write_text("a\n")
@@ -125,6 +131,9 @@ def fill(argv, ws):
 
 # --- data loss: an existing model is never replaced, resumed with other settings, or shared by two writers
 def test_train_refuses_a_folder_holding_a_model(ws, capsys):
+    """``train`` into an --out that already holds a trained model, without --resume or --overwrite: exit status
+    2, one line ``error: <out>: already holds a trained model (best.npz, last.npz)`` that points to --resume and
+    --overwrite, nothing on stdout, and the data and run folders left byte-identical."""
     before = tree(ws)
     refused(capsys, ["train", "--data", ws / "data", "--out", ws / "run", *TINY],
             f"{ws / 'run'}: already holds a trained model (best.npz, last.npz)", "--resume", "--overwrite")
@@ -150,12 +159,17 @@ def test_overwrite_replaces_and_resume_may_raise_max_steps(ws, capsys):
     (["--resume", "--overwrite"], ["--resume and --overwrite exclude each other"]),
 ])
 def test_resume_with_other_settings_is_refused(ws, capsys, extra, needles):
+    """--resume with settings other than the saved run's (seed and lr; d_model) is refused naming each changed
+    field as ``<field> <saved> (saved) vs <now> (now)``, and --resume with --overwrite is refused as
+    contradictory: exit status 2, one ``error: `` line, nothing on stdout, every file byte-identical."""
     before = tree(ws)
     refused(capsys, ["train", "--data", ws / "data", "--out", ws / "run", *TINY, *extra], *needles)
     assert tree(ws) == before
 
 
 def test_resume_without_a_saved_run_is_refused(ws, capsys):
+    """--resume into a folder without last.npz: exit status 2, one line ``error: <out>: nothing to resume (no
+    last.npz)``, nothing on stdout, every file byte-identical."""
     (ws / "empty").mkdir()
     before = tree(ws)
     refused(capsys, ["train", "--data", ws / "data", "--out", ws / "empty", *TINY, "--resume"],
@@ -254,6 +268,10 @@ def test_a_nan_checkpoint_is_refused(ws, capsys):
     ("lr", "--set lr: expected KEY=VALUE"),
 ])
 def test_bad_settings_are_refused_before_work(ws, capsys, setting, needle):
+    """Each bad ``--set`` value (NaN, infinite, negative, zero or fractional where an integer >= 1 is needed,
+    d_model not divisible by n_heads, dropout outside [0, 1), a bool other than true/false, an unknown dtype or
+    key, vocab_size, a missing ``=``) is refused with exit status 2 and one ``error: `` line holding the
+    expected message, before any work: nothing on stdout, and not even the run folder is created."""
     before = tree(ws)
     refused(capsys, ["train", "--data", ws / "data", "--out", ws / "new", *TINY, setting], needle)
     assert tree(ws) == before, "nothing written (not even the run folder)"
@@ -279,6 +297,10 @@ def test_bad_settings_are_refused_before_work(ws, capsys, setting, needle):
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
 ])
 def test_bad_argument_values_are_refused(ws, capsys, argv, needle):
+    """Argument values refused by their argparse types (--beam 0 or -1, --show -1, --n 0 or negative,
+    --max-sentences -1, --max-unknown nan, --lambda nan / inf / negative, --n-test, --steps, --lr-gates 0,
+    an unknown --config or command): exit status 2, one line ``error: python -m minihead [command]: argument
+    <option>: <why>`` (the rule and the value given), nothing on stdout, every file byte-identical."""
     before = tree(ws)
     refused(capsys, fill(argv, ws), needle)
     assert tree(ws) == before
@@ -335,6 +357,11 @@ def _bad_inputs(ws):
     (["reproduce", "--quick", "--out", "{ck}"], "{ck}: --out is a file, expected a folder"),
 ])
 def test_bad_paths_are_refused_before_work(ws, capsys, argv, needle):
+    """Every command checks its input and output paths before any work: a missing or partial data folder, a
+    file where a folder is expected or the reverse, an unreadable or non-.npz checkpoint, an empty --input or
+    one with an empty line (file:line named), a BPE file that is not UTF-8 (file:line named), --out below a
+    file, an incomplete real corpus for reproduce. Each gives exit status 2 and one ``error: <path>: <problem>``
+    line, nothing on stdout, and leaves every file byte-identical."""
     _bad_inputs(ws)
     before = tree(ws)
     refused(capsys, fill(argv, ws), needle.format(tmp=ws, data=ws / "data", run=ws / "run", ck=ws / "run" / "best.npz"))
@@ -343,6 +370,8 @@ def test_bad_paths_are_refused_before_work(ws, capsys, argv, needle):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders: the refusal cannot happen")
 def test_read_only_out_is_refused(ws, capsys):
+    """``train --out`` inside a read-only folder: exit status 2, one ``error: `` line saying ``<folder> is not
+    writable``, and the run folder is not created (skipped as root, who can write there)."""
     ro = ws / "ro"
     ro.mkdir()
     ro.chmod(0o555)
@@ -373,6 +402,9 @@ def test_every_command_finds_data_small_from_anywhere(tmp_path, monkeypatch):
 ])
 @pytest.mark.parametrize("argv", [["--help"], ["translate", "x.npz"]])
 def test_bad_backend_is_one_line_at_import(backend_name, needle, argv):
+    """An unknown MINIHEAD_BACKEND, or cupy where CuPy is missing, fails when the package is imported, before
+    argparse (even for --help): exit status 2, nothing on stdout, and stderr is one line starting ``error:
+    MINIHEAD_BACKEND=<name>`` (for an unknown name: ``unknown backend '<name>'; choose one of numpy, cupy``)."""
     if backend_name == "cupy":
         try:
             import cupy  # noqa: F401

@@ -82,6 +82,8 @@ def test_save_every_lets_a_killed_run_resume(tmp_path, monkeypatch):
 
 
 def test_checkpoint_round_trip_without_pickle(tmp_path):
+    """save() then load() returns the same config, metadata, vocabulary and bit-identical parameters; the file
+    loads with ``allow_pickle=False`` and holds no object arrays; no temporary file is left beside it."""
     c = toy_corpus(200)
     cfg, _ = tiny(c)
     params = model.init_params(cfg, 0)
@@ -96,6 +98,9 @@ def test_checkpoint_round_trip_without_pickle(tmp_path):
 
 
 def test_checkpoint_errors_name_the_file(tmp_path):
+    """load() raises CheckpointError naming the file for each failure: ``<path>: no such checkpoint``, ``<path>:
+    not a readable`` (a corrupt zip), ``config does not match`` (expect_cfg differs), and ``<path>: parameter
+    '<name>' missing`` (an entry dropped)."""
     c = toy_corpus(200)
     cfg, _ = tiny(c)
     missing = str(tmp_path / "nope.npz")
@@ -309,6 +314,8 @@ def test_run_lock_one_writer_per_folder(tmp_path):
 
 
 def test_save_removes_a_killed_writers_temporary(tmp_path):
+    """A ``.last.npz.tmp-<pid>`` left by a writer that died (its pid no longer alive) is removed by the next
+    save() into that folder: only last.npz remains."""
     c = toy_corpus(200)
     cfg, _ = tiny(c)
     dead = _dead_pid()
@@ -336,6 +343,8 @@ def test_resume_refuses_changed_settings_but_not_max_steps(tmp_path):
 
 
 def test_an_early_stopped_run_stays_stopped_when_resumed(tmp_path):
+    """A run that stopped early (patience 1, a learning rate too small to improve dev BLEU, before max_steps)
+    does not train on when resumed with the same settings: the resumed history equals the first one."""
     c = toy_corpus()
     cfg, tcfg = tiny(c, max_steps=200, eval_every=2, patience=1, lr=1e-9)
     first = train(c, cfg, tcfg, str(tmp_path), progress=False)
@@ -345,6 +354,9 @@ def test_an_early_stopped_run_stays_stopped_when_resumed(tmp_path):
 
 
 def test_json_cache_is_atomic_and_a_corrupt_one_is_named(tmp_path):
+    """save_json() is atomic: a failed write (an object JSON cannot encode) leaves the earlier done.json intact
+    and no temporary file. A done.json cut short is refused with CheckpointError naming its path, ``cache file
+    does not parse``, and saying to delete it."""
     from minihead.study import load_study
     path = tmp_path / "done.json"
     checkpoint.save_json(str(path), {"best_bleu": 1.0})
