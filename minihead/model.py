@@ -108,6 +108,15 @@ def sub(params, prefix):
     return {k[n:]: v for k, v in params.items() if k.startswith(prefix + ".")}
 
 
+def groups(params):
+    """Every sub-dict at once, in one pass over the names: groups(p)["enc0.self"] == sub(p, "enc0.self")."""
+    out = {}
+    for k, v in params.items():
+        prefix, _, name = k.rpartition(".")
+        out.setdefault(prefix, {})[name] = v
+    return out
+
+
 def _add_prefixed(grads, prefix, g):
     for k, v in g.items():
         grads[f"{prefix}.{k}"] = v
@@ -122,11 +131,11 @@ def sublayer_forward(x, params, ln_name, f, cfg, rng):
     if cfg.pre_norm:
         h, c_ln = layernorm_forward(x, g, b, cfg.ln_eps)     # (B, T, d)
         fx, c_f = f(h)                                       # (B, T, d)
-        fx_d, c_d = dropout_forward(fx, cfg.dropout, rng)
+        fx_d, c_d = dropout_forward(fx, cfg.dropout, rng, inplace=True)
         y = x + fx_d                                         # (B, T, d) residual
     else:
         fx, c_f = f(x)
-        fx_d, c_d = dropout_forward(fx, cfg.dropout, rng)
+        fx_d, c_d = dropout_forward(fx, cfg.dropout, rng, inplace=True)
         r = x + fx_d                                         # (B, T, d) residual
         y, c_ln = layernorm_forward(r, g, b, cfg.ln_eps)
     return y, {"ln": c_ln, "f": c_f, "drop": c_d, "x": x, "fx": fx_d, "ln_name": ln_name}
@@ -137,12 +146,12 @@ def sublayer_backward(dy, c, f_backward, cfg, grads):
     if cfg.pre_norm:
         dfx = dropout_backward(dy, c["drop"])
         dh, extra = f_backward(dfx, c["f"])
-        dx_ln, dg, db = layernorm_backward(dh, c["ln"])
-        dx = dy + dx_ln                                      # residual branch + sublayer branch
+        dx, dg, db = layernorm_backward(dh, c["ln"])
+        dx += dy                                             # residual branch + sublayer branch (dx is fresh)
     else:
         dr, dg, db = layernorm_backward(dy, c["ln"])
-        dx_f, extra = f_backward(dropout_backward(dr, c["drop"]), c["f"])
-        dx = dr + dx_f
+        dx, extra = f_backward(dropout_backward(dr, c["drop"]), c["f"])
+        dx += dr                                             # (dx is fresh)
     grads[c["ln_name"] + ".g"], grads[c["ln_name"] + ".b"] = dg, db
     return dx, extra
 
@@ -157,7 +166,7 @@ def embed_forward(params, cfg, ids, side, rng):
     B, T = ids.shape
     e, c_e = embedding_forward(ids, params[_emb_name(cfg, side)], math.sqrt(cfg.d_model))  # (B, T, d)
     x = e + sinusoidal_positions(T, cfg.d_model, cfg.dtype)[None]                          # (B, T, d)
-    x, c_d = dropout_forward(x, cfg.dropout, rng)
+    x, c_d = dropout_forward(x, cfg.dropout, rng, inplace=True)
     return x, {"emb": c_e, "drop": c_d, "side": side, "e": e}
 
 
@@ -178,9 +187,9 @@ def encoder_forward(params, cfg, src, src_mask, gates=None, rng=None):
     """src (B, S) int, src_mask (B, S) bool -> enc (B, S, d) and a cache of every layer."""
     x, c_emb = embed_forward(params, cfg, src, "src", rng)   # (B, S, d)
     bias = attention_bias(src_mask, dtype=cfg.dtype)         # (B, 1, 1, S)
-    layers = []
+    layers, grp = [], groups(params)
     for l in range(cfg.n_enc_layers):
-        pa, pf, g = sub(params, f"enc{l}.self"), sub(params, f"enc{l}.ffn"), _gate(gates, "enc", l)
+        pa, pf, g = grp[f"enc{l}.self"], grp[f"enc{l}.ffn"], _gate(gates, "enc", l)
         x, c_self = sublayer_forward(
             x, params, f"enc{l}.ln1",
             lambda h: mha_forward(h, h, pa, bias, cfg.n_heads, g, cfg.attn_dropout, rng), cfg, rng)
@@ -195,7 +204,8 @@ def encoder_forward(params, cfg, src, src_mask, gates=None, rng=None):
 
 def _self_attn_backward(dfx, c):
     dxq, dxkv, g, dgate = mha_backward(dfx, c)
-    return dxq + dxkv, (g, dgate)
+    dxq += dxkv                                              # query and key/value paths share the input
+    return dxq, (g, dgate)
 
 
 def _ffn_backward(dfx, c):
@@ -225,9 +235,9 @@ def decoder_forward(params, cfg, enc, src_mask, tgt_in, tgt_mask, gates=None, rn
     y, c_emb = embed_forward(params, cfg, tgt_in, "tgt", rng)  # (B, T, d)
     self_bias = attention_bias(tgt_mask, causal_T=T, dtype=cfg.dtype)  # (B, 1, T, T)
     cross_bias = attention_bias(src_mask, dtype=cfg.dtype)   # (B, 1, 1, S)
-    layers = []
+    layers, grp = [], groups(params)
     for l in range(cfg.n_dec_layers):
-        ps, pc, pf = (sub(params, f"dec{l}.{n}") for n in ("self", "cross", "ffn"))
+        ps, pc, pf = (grp[f"dec{l}.{n}"] for n in ("self", "cross", "ffn"))
         gs, gc = _gate(gates, "dec_self", l), _gate(gates, "dec_enc", l)
         y, c_self = sublayer_forward(
             y, params, f"dec{l}.ln1",
@@ -260,7 +270,10 @@ def decoder_backward(dy, c, cfg, grads, dgates):
         _add_prefixed(grads, f"dec{l}.ffn", g)
         dy, (g, dgate_c, dxkv) = sublayer_backward(dy, cl["cross"], _cross_attn_backward, cfg, grads)
         _add_prefixed(grads, f"dec{l}.cross", g)
-        denc = denc + dxkv
+        if l == cfg.n_dec_layers - 1:
+            denc = dxkv
+        else:
+            denc += dxkv                                     # (B, S, d), summed over the cross-attentions
         dy, (g, dgate_s) = sublayer_backward(dy, cl["self"], _self_attn_backward, cfg, grads)
         _add_prefixed(grads, f"dec{l}.self", g)
         if dgates is not None:
@@ -276,8 +289,9 @@ def decoder_backward(dy, c, cfg, grads, dgates):
 def output_forward(params, cfg, y):
     """logits = y E^T (shared embeddings) or y W_out + b_out.  y (B, T, d) -> (B, T, V)."""
     if cfg.shared_embeddings:
-        E = params["emb"]
-        return y @ E.T, {"y": y}
+        B, T, d = y.shape
+        logits = y.reshape(B * T, d) @ params["emb"].T        # (B T, V): one GEMM, not B small ones
+        return logits.reshape(B, T, -1), {"y": y}
     logits, c = linear_forward(y, params["out.W"], params["out.b"])
     return logits, {"lin": c}
 
@@ -288,7 +302,7 @@ def output_backward(dlogits, c, params, cfg, grads):
         B, T, V = dlogits.shape
         dE = dlogits.reshape(-1, V).T @ y.reshape(-1, y.shape[-1])  # (V, d)
         grads["emb"] = grads["emb"] + dE if "emb" in grads else dE
-        return dlogits @ params["emb"]                        # (B, T, d)
+        return (dlogits.reshape(B * T, V) @ params["emb"]).reshape(B, T, -1)  # (B, T, d)
     dy, grads["out.W"], grads["out.b"] = linear_backward(dlogits, c["lin"])
     return dy
 

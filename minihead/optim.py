@@ -13,7 +13,7 @@ def noam_lr(step, d_model, warmup=4000, factor=1.0):
 
 def clip_grad_norm(grads, max_norm):
     """Scale all gradients in place so their global L2 norm is at most ``max_norm``; returns the norm before."""
-    norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+    norm = math.sqrt(sum(float(xp.vdot(g, g)) for g in grads.values()))  # one BLAS dot product per array
     if max_norm and norm > max_norm:
         s = max_norm / (norm + 1e-12)
         for g in grads.values():
@@ -42,11 +42,19 @@ class Adam:
             if g is None:
                 continue
             m, v = self.m[k], self.v[k]
+            m -= g                                           # m = b1 (m - g) + g = b1 m + (1 - b1) g
             m *= self.b1
-            m += (1.0 - self.b1) * g
+            m += g
+            t = g * g                                        # the one scratch array
+            v -= t                                           # v = b2 (v - g^2) + g^2
             v *= self.b2
-            v += (1.0 - self.b2) * g * g
-            params[k] -= (lr / c1) * m / (xp.sqrt(v / c2) + self.eps)
+            v += t
+            xp.multiply(v, 1.0 / c2, out=t)                  # t = sqrt(v_hat) + eps
+            xp.sqrt(t, out=t)
+            t += self.eps
+            xp.divide(m, t, out=t)                           # t = m / (sqrt(v_hat) + eps)
+            t *= lr / c1
+            params[k] -= t
 
     def state_arrays(self):
         """Flat dict of arrays for a checkpoint (no pickle)."""
