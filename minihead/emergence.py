@@ -53,7 +53,7 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     trees = read_conllu(os.path.join(data, "dev.conllu"))[:n_trees]
     key = {"data": os.path.abspath(data), "data_hash": data_fingerprint(data), "cfg": cfg.__dict__,
            "train": tcfg.to_dict(), "blas_threads": blas_threads(), "n_trees": n_trees, "version": 1}
-    out = os.path.join(runs_dir, f"{config}-seed{seed}-{key_hash(key)}")
+    out = os.path.join(runs_dir, f"{config}-seed{seed}-t{key['blas_threads']}-{key_hash(key)}")
 
     def compute():
         best = os.path.join(out, "best.npz")
@@ -73,7 +73,7 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
 
     r = cached_json(os.path.join(out, "emergence.json"), key, compute)
     r.pop("cached", None)
-    return SeedResult(**r)
+    return SeedResult(**json.loads(json.dumps(r)))   # the same plain values whether computed or read back
 
 
 def _finished(out, tcfg):

@@ -14,9 +14,10 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 
+from minihead.toy import prune_useless_heads
+
 from minihead import backend
 from minihead.gradcheck import numerical_grad, rel_error
-from minihead.optim import Adam
 from minihead.gates import (LOG_ALPHA_OPEN, GateError, HardConcrete, init_log_alpha, l0_total,
                             l0_total_backward, settled_share)
 
@@ -273,49 +274,13 @@ def test_bad_input_raises_clear_errors():
 
 
 # ------------------------------------------------------------------ the gates close on useless heads
-def toy_heads(seed):
-    """6 toy heads with fixed outputs O (N, H, d); the target reads heads 0 and 1 only, heads 2-5 are noise of
-    scales 0.5, 1, 2, 3 (the larger ones would add real noise to the prediction if their gates stayed open)."""
-    r = np.random.default_rng(seed)
-    n, h, d = 256, 6, 4
-    scale = np.array([1.0, 1.0, 0.5, 1.0, 2.0, 3.0])
-    O = r.standard_normal((n, h, d)) * scale[None, :, None]     # (N, H, d)
-    w_true = r.standard_normal((2, d)) / math.sqrt(d)           # (2, d)
-    y = O[:, 0] @ w_true[0] + O[:, 1] @ w_true[1] + 0.1 * r.standard_normal(n)  # (N,)
-    return O, y
-
-
-def train_gates(seed, lam=0.05, lr=0.1, lr_w=0.01, steps=300, init=LOG_ALPHA_OPEN, reduction="sum"):
-    """Prune the toy heads: loss = mean((sum_h g_h O_h W_h - y)^2) + lam * L_C, with the project's Adam
-    (minihead.optim, betas 0.9 / 0.98) on log_alpha (lr) and on the read-out W (lr_w; 0 freezes it).
-
-    Starts from the converged model (W by least squares with every gate on) and log_alpha = init (open).
-    One gate sample u (H,) per step, shared by the batch, as in the official code. Returns test-time gates,
-    log_alpha and its trajectory (steps, H)."""
-    O, y = toy_heads(seed)
-    n, h, d = O.shape
-    params = {"W": np.linalg.lstsq(O.reshape(n, h * d), y, rcond=None)[0].reshape(h, d),  # (H, d) converged
-              "log_alpha": np.full(h, float(init))}                                      # (H,) all open
-    opt_gates, opt_w = Adam(params, names=["log_alpha"]), Adam(params, names=["W"])
-    gen = backend.rng(seed + 1000)
-    traj = np.zeros((steps, h))
-    for t in range(steps):
-        la, W = params["log_alpha"], params["W"]
-        g, gcache = HC.sample_forward(la, HC.draw_u(gen, (h,), dtype="float64"))   # (H,)
-        head_out = np.einsum("nhd,hd->nh", O, W)                # (N, H) each head's scalar contribution
-        err = head_out @ g - y                                  # (N,)
-        dpred = 2.0 * err / n                                   # (N,) d mean-square / d prediction
-        dg = head_out.T @ dpred                                 # (H,)
-        p, pcache = HC.penalty_forward(la)                      # (H,)
-        _, tcache = l0_total([p], reduction)
-        dp = l0_total_backward(lam, tcache)[0]                  # (H,)
-        grads = {"log_alpha": HC.sample_backward(dg, gcache) + HC.penalty_backward(dp, pcache),  # (H,)
-                 "W": np.einsum("n,h,nhd->hd", dpred, g, O)}   # (H, d)
-        opt_gates.step(params, grads, lr)
-        if lr_w:
-            opt_w.step(params, grads, lr_w)
-        traj[t] = params["log_alpha"]
-    return HC.test_gate(params["log_alpha"]), params["log_alpha"], traj
+def train_gates(seed, **kw):
+    """Prune the toy heads of minihead.toy (the same toy chapter 4 shows): 6 heads with fixed outputs, the target
+    reads heads 0 and 1 only, heads 2-5 are noise of scales 0.5, 1, 2, 3. loss = mean((sum_h g_h O_h W_h - y)^2)
+    + lam * L_C with the project's Adam on log_alpha (lr) and on the read-out W (lr_w; 0 freezes it), from the
+    converged W and log_alpha open. Returns test-time gates, log_alpha and its trajectory (steps, H)."""
+    g, la, traj, _ = prune_useless_heads(seed, **kw)
+    return g, la, traj
 
 
 @pytest.mark.parametrize("lr_w", [0.0, 0.01])
