@@ -7,6 +7,8 @@ Voita et al. 2019, sec. 5 (thresholds from :mod:`minihead.paper`):
   least 90% of cases; every positional head of the paper has confidence above 0.8;
 * syntactic (sec. 5.2): a head whose argmax is the token in the relation at least 10 points more often than
   the baseline that always looks at the relation's most frequent relative position;
+* a few heads carry most relevance (sec. 4): in every encoder layer the top quarter of the heads (by relevance)
+  holds at least ``FEW_HEADS_MARGIN`` more of the layer's relevance than the uniform 25%;
 * rare-word (sec. 5.3): a head that points to the sentence's rarest token far above chance (66% on
   OpenSubtitles); "far above" is read here as at least ``RARE_FACTOR`` times the chance rate 1 / T.
 """
@@ -17,8 +19,9 @@ from .roles import RELATIONS
 
 POSITIONAL_SHARE = paper.POSITIONAL["threshold"]          # 0.9 of the queries on one offset
 POSITIONAL_CONFIDENCE = paper.POSITIONAL["min_confidence"]  # confidence > 0.8
-SYNTACTIC_MARGIN = 0.10                                   # 10 points over the fixed-offset baseline
-RARE_FACTOR = 3.0                                         # share on the rarest token / chance
+SYNTACTIC_MARGIN = paper.SYNTACTIC_MARGIN                 # 10 points over the fixed-offset baseline
+RARE_FACTOR = paper.RARE_FACTOR                           # share on the rarest token / chance
+FEW_HEADS_MARGIN = paper.FEW_HEADS_MARGIN                 # top-quarter relevance share over uniform
 
 
 @dataclass
@@ -45,6 +48,20 @@ class Syntactic(Verdict):
     relations_held: list  # relations with a head >= baseline + margin in some direction
     best_margins: list    # [(relation, direction, margin)] of each relation's best direction
     heads: list           # [(relation, direction, layer, head, accuracy, baseline)] meeting the criterion
+
+
+@dataclass
+class FewHeads(Verdict):
+    top_quarter: list     # per layer: share of the layer's relevance held by its top quarter of heads
+    uniform: float        # that share if every head had the same relevance (0.25)
+
+
+def few_heads(top_quarter_shares, margin=FEW_HEADS_MARGIN):
+    """Sec. 4, "only a few heads carry most of the relevance": held when every layer's top-quarter share is
+    >= 0.25 + ``margin``. ``top_quarter_shares``: one share per layer, from magnitude or official-rule
+    relevance (signed z-rule shares can exceed 1 where heads cancel, so they are not a share of anything)."""
+    tq = [float(t) for t in top_quarter_shares]
+    return FewHeads(held=bool(tq) and all(t >= 0.25 + margin - 1e-12 for t in tq), top_quarter=tq, uniform=0.25)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import os
 import time
 
 from . import backend, paper
+from . import findings
 from .backend import xp
 
 # Settings of each scale. Chapters 2, 5 and 6 read them from here, so their cached stages are shared.
@@ -168,7 +169,7 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
              "| finding | paper | ours | holds here |", "|---|---|---|---|"]
     tq = summ.get("top_quarter_share_official", summ["top_quarter_share"])
     tq_abs = summ.get("top_quarter_share_abs")
-    few = all(t > 0.25 + 0.1 for t in tq)
+    few = findings.few_heads(tq).held
     lines.append(f"| a few heads carry most relevance (share of the top quarter of heads, per layer, relevance per "
                  f"prediction) | few heads dominate | official variant: {', '.join(f'{t:.2f}' for t in tq)}"
                  + (f"; z-rule magnitude shares: {', '.join(f'{t:.2f}' for t in tq_abs)}" if tq_abs else "")
@@ -182,19 +183,19 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
                  f"{rhos('ablation')} | {'yes' if rho > 0 else 'no'} |")
     lines.append(f"| important heads are confident (Spearman relevance~confidence) | yes | "
                  f"{rhos('confidence')} | {'yes' if summ['rho_relevance_confidence'] > 0 else 'no'} |")
-    pos = rep.positional
-    lines.append(f"| positional heads (>= 90% on -1 or +1) | 5 of 48 (WMT), confidence > 0.8 | {len(pos)} of "
-                 f"{L * H}: {', '.join(f'L{l}H{h} ({o:+d})' for (l, h), o in sorted(pos.items())) or 'none'} | "
-                 f"{'yes' if pos else 'no'} |")
-    syn = {k: v for k, v in rep.syntactic.items() if v}
-    lines.append(f"| syntactic heads (>= 10 points above the offset baseline) | several relations | "
-                 f"{len(syn)} of 8 relation-directions | {'yes' if syn else 'no'} |")
-    if rep.rare is not None:
-        r0 = xp.asarray(rep.rare.rarest)[0]
-        best = int(r0.argmax())
-        lines.append(f"| a first-layer head points to the rarest token | 66% (OpenSubtitles) | L0H{best}: "
-                     f"{float(r0[best]):.0%} vs chance {float(rep.rare.chance_rarest):.0%} | "
-                     f"{'yes' if float(r0[best]) > 2 * float(rep.rare.chance_rarest) else 'no'} |")
+    pos, syn, rare = findings.positional(rep), findings.syntactic(rep), findings.rare_word(rep)
+    lines.append(f"| positional heads (>= {findings.POSITIONAL_SHARE:.0%} on -1 or +1 over the queries where the offset "
+                 f"exists, confidence > {findings.POSITIONAL_CONFIDENCE}) | 5 of 48 (WMT) | "
+                 f"{len(pos.heads)} of {L * H}; best L{pos.head[0]}H{pos.head[1]} ({pos.offset:+d}): {pos.share:.2f} "
+                 f"(all queries {pos.share_all:.2f}), confidence {pos.confidence:.2f} | {'yes' if pos.held else 'no'} |")
+    margins = ", ".join(f"{r} {d} {m * 100:+.0f}" for r, d, m in syn.best_margins)
+    lines.append(f"| syntactic heads (>= {findings.SYNTACTIC_MARGIN * 100:.0f} points above the offset baseline, per "
+                 f"query token) | nsubj, dobj, amod, advmod | relations held: {', '.join(syn.relations_held) or 'none'} "
+                 f"(best margin per relation: {margins}) | {'yes' if syn.held else 'no'} |")
+    if rare.share is not None:
+        lines.append(f"| a head points to the rarest token (>= {findings.RARE_FACTOR:g} x chance) | 66% (OpenSubtitles) | "
+                     f"L{rare.head[0]}H{rare.head[1]}: {rare.share:.0%} vs chance {rare.chance:.0%} | "
+                     f"{'yes' if rare.held else 'no'} |")
     full_bleu = base["bleu"]
     small = [r for r in enc if r["bleu"] >= full_bleu - 1.0]
     kept = min((r["n_retained"]["enc"] for r in small), default=L * H)

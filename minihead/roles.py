@@ -149,7 +149,7 @@ def positional_shares(maps, possible_only=True):
     return xp.stack(shares, axis=-1)                                             # (L, H, 2)
 
 
-def positional_heads(shares, threshold=0.9):
+def positional_heads(shares, threshold=paper.POSITIONAL["threshold"]):
     """Heads whose share of one offset reaches ``threshold`` (sec. 5.1: 90%).
 
     Returns {(layer, head): offset}, offset -1 or +1 (the larger share if both qualify).
@@ -286,7 +286,7 @@ def offset_baseline(sentences, relations=RELATIONS, match="exact", per="query"):
     return baseline, offsets
 
 
-def syntactic_heads(acc, baseline, margin=0.10):
+def syntactic_heads(acc, baseline, margin=paper.SYNTACTIC_MARGIN):
     """Heads syntactic for a (relation, direction): accuracy >= baseline + margin (sec. 5.2: 10 points).
 
     Returns {(rel, dir): [(layer, head), ...]}, best first (ties in row-major order), every key of
@@ -421,8 +421,8 @@ def rare_token_shares(maps, sentences, freqs, top_n=None, vocab_size=None):
 # ----------------------------------------------------------------------------------------------
 # Roles (Figure 8)
 
-def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_threshold=0.9,
-                   margin=0.10, rare_factor=3.0):
+def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_threshold=paper.POSITIONAL["threshold"],
+                   margin=paper.SYNTACTIC_MARGIN, rare_factor=paper.RARE_FACTOR):
     """Roles of every head: a subset of {"positional", "syntactic", "rare"} (Figure 8).
 
     positional: :func:`positional_heads` of ``shares`` at ``positional_threshold`` (sec. 5.1; pass the

@@ -53,6 +53,15 @@ def test_syntactic_needs_ten_points_over_the_offset_baseline_per_relation():
     assert not findings.syntactic(_report(np.zeros((1, 2, 2)), acc=acc, baseline=base)).held
 
 
+def test_few_heads_need_ten_points_over_uniform_in_every_layer():
+    """Sec. 4, "only a few heads carry most relevance": held when EVERY layer's top quarter of heads holds
+    >= 0.25 + 0.10 of the layer's relevance; one layer at 0.34 breaks it."""
+    assert findings.few_heads([0.35, 0.6]).held
+    v = findings.few_heads([0.34, 0.9])
+    assert not v.held and v.top_quarter == [0.34, 0.9] and v.uniform == 0.25
+    assert not findings.few_heads([]).held
+
+
 def test_rare_word_head_needs_three_times_chance():
     """Sec. 5.3: the best head's share of queries whose argmax is the sentence's rarest token, held at
     >= RARE_FACTOR x the chance rate; no qualifying sentence gives held False with no numbers."""
