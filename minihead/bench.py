@@ -1,19 +1,35 @@
-"""The project's benchmark: ``python -m minihead.bench [--config default]``.
+"""The project's benchmark: ``python -m minihead.bench [--config default] [--rounds 7] [--profile]``.
 
-Everything is measured side by side in one run, on the same batches, and reported as ratios:
-- training-step throughput (target tokens a second) of our hand-written backward pass, beside the
-  same forward differentiated by autograd, and beside PyTorch CPU eager on the identical architecture
-  (when torch is installed; it is never a requirement);
-- the cost of the dev-set relevance (LRP) pass against a forward plus backward pass over the same data;
-- peak memory (resident set) of a training step of the configuration.
+The machine it runs on is usually shared, so nothing is timed once: the contenders run INTERLEAVED, one
+pass over the same batches each per round (the order rotating from round to round), and every figure is
+the median over rounds of a ratio measured within a round, with its min-max spread. One run reports:
+- training-step throughput (target tokens a second) of the hand-written backward pass, beside the same
+  forward differentiated by autograd, and beside PyTorch CPU eager on the identical architecture (when
+  torch is installed; it is never a requirement);
+- the step's achieved GFLOP/s, its matrix products counted from the shapes (:func:`step_flops`), beside
+  the machine's float32 GEMM rate measured at the model's own linear shapes (:func:`gemm_fn`);
+- the cost of the relevance (LRP) pass against a forward plus backward pass over the same batches;
+- the peak resident memory of a process that only runs the training steps (a child process, so the
+  other contenders do not count).
+``--profile`` prints the functions of the training step that take the most time (cProfile) instead.
 """
 import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
 import resource
+import statistics
+import subprocess
+import sys
 import time
 
 from . import backend, model
 from .data.vocab import make_batch
 from .optim import Adam, clip_grad_norm
+
+OURS = "minihead"
 
 
 def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
@@ -27,18 +43,9 @@ def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
     return out
 
 
-def _time(fn, batches, repeats):
-    fn(batches[0])                                   # warm-up (allocations, BLAS threads)
-    t0 = time.perf_counter()
-    n_tok = 0
-    for _ in range(repeats):
-        for b in batches:
-            fn(b)
-            n_tok += b.n_tokens
-    return n_tok / (time.perf_counter() - t0)
-
-
+# --------------------------------------------------------------------------- contenders
 def numpy_step_fn(cfg, params):
+    """One training step of the package: forward, hand-written backward, clipping, Adam."""
     opt = Adam(params)
     gen = backend.rng(0)
 
@@ -46,6 +53,7 @@ def numpy_step_fn(cfg, params):
         loss, grads, _ = model.loss_and_grads(params, cfg, b, rng=gen)
         clip_grad_norm(grads, 1.0)
         opt.step(params, grads, 1e-4)
+        return float(loss)                           # float() syncs a GPU
     return step
 
 
@@ -102,7 +110,8 @@ def torch_step_fn(cfg):
             self.lns = torch.nn.ModuleList(torch.nn.LayerNorm(d, eps=cfg.ln_eps) for _ in range(3 if cross else 2))
 
         def forward(self, x, bias, enc=None, cross_bias=None):
-            drop = lambda t: F.dropout(t, cfg.dropout, self.training)
+            def drop(t):
+                return F.dropout(t, cfg.dropout, self.training)
             h = self.lns[0](x)
             x = x + drop(self.self_attn(h, h, bias))
             if self.cross is not None:
@@ -154,64 +163,284 @@ def torch_step_fn(cfg):
     return step, torch.get_num_threads()
 
 
-def relevance_ratio(cfg, params, batches, repeats=1):
-    """Seconds of the relevance pass / seconds of a forward + backward pass, same batches."""
+# --------------------------------------------------------------------------- counting and GEMM rate
+def linear_shapes(cfg, batch):
+    """Every linear layer of one teacher-forced forward pass as (rows N, d_in, d_out), the output
+    projection included: the encoder's run on B*S rows, the decoder's on B*T (padded positions too)."""
+    B, S = batch.src.shape
+    T = batch.tgt_in.shape[1]
+    d, f, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    ns, nt = B * S, B * T
+    shapes = []
+    for _ in range(cfg.n_enc_layers):
+        shapes += [(ns, d, d)] * 4 + [(ns, d, f), (ns, f, d)]
+    for _ in range(cfg.n_dec_layers):
+        shapes += [(nt, d, d)] * 2 + [(nt, d, d)] * 2           # self-attention Q, K, V, O
+        shapes += [(nt, d, d), (ns, d, d), (ns, d, d), (nt, d, d)]  # cross: Q, O on the target; K, V on the source
+        shapes += [(nt, d, f), (nt, f, d)]
+    shapes.append((nt, d, V))
+    return shapes
+
+
+def step_flops(cfg, batch):
+    """Floating-point operations of the matrix products of one training step (forward + backward).
+
+    A product (N, k) x (k, m) costs 2 N k m; each has two of the same size in the backward pass (dX and
+    dW), so a step is 3x the forward. Attention adds Q K^T and A V per head (B, H, Tq, Tk, dh). Element-wise
+    work (LayerNorm, softmax, dropout, Adam) is not counted: this is the work a GEMM rate can be held to."""
+    B, S = batch.src.shape
+    T = batch.tgt_in.shape[1]
+    d = cfg.d_model
+    fwd = sum(2 * n * k * m for n, k, m in linear_shapes(cfg, batch))
+    attn = cfg.n_enc_layers * 2 * (2 * B * S * S * d) + cfg.n_dec_layers * 2 * (2 * B * T * T * d + 2 * B * T * S * d)
+    return 3 * (fwd + attn)
+
+
+def gemm_fn(cfg, batch, dtype="float32"):
+    """The dense products of one training step's linear layers, alone: for each (N, k, m) of
+    :func:`linear_shapes`, Y = X W, dX = dY W^T and dW = X^T dY on random float32 arrays. Returns
+    (fn, flops); flops / seconds of fn() is the machine's GEMM rate at this model's shapes."""
+    gen = backend.rng(1)
+    ops, flops = [], 0
+    cache = {}
+    for n, k, m in linear_shapes(cfg, batch):
+        if (n, k, m) not in cache:
+            X, W, dY = (backend.to_device(gen.standard_normal(s), dtype) for s in ((n, k), (k, m), (n, m)))
+            cache[(n, k, m)] = (X, W, dY)
+        ops.append(cache[(n, k, m)])
+        flops += 3 * 2 * n * k * m
+
+    def run():
+        acc = 0.0
+        for X, W, dY in ops:
+            Y = X @ W
+            dX = dY @ W.T
+            dW = X.T @ dY
+            acc += float(Y[0, 0] + dX[0, 0] + dW[0, 0])   # float() syncs a GPU
+        return acc
+    return run, flops
+
+
+# --------------------------------------------------------------------------- relevance pass
+def bench_relevance(params, cfg, batches, repeats=3, **options):
+    """Measured cost of the relevance pass over ``batches`` relative to a training-style forward plus
+    backward pass (model.loss_and_grads, no dropout) over the same batches: the two passes alternate
+    ``repeats`` times and the result is the median of t_relevance / t_forward_backward over the
+    repeats (a float). ``options`` go to :func:`minihead.lrp.relevance`."""
     from . import lrp
-    fb = _time(lambda b: model.loss_and_grads(params, cfg, b), batches, repeats)
-    rel = _time(lambda b: lrp.relevance(params, cfg, b), batches, repeats)
-    return fb / rel
+    batches = list(batches)
+
+    def fb():
+        acc = 0.0
+        for b in batches:
+            acc += float(model.loss_and_grads(params, cfg, b)[0])   # float() syncs a GPU
+        return acc
+
+    def rel():
+        acc = 0.0
+        for b in batches:
+            acc += float(lrp.relevance(params, cfg, b, **options).src.sum())
+        return acc
+
+    def seconds(fn):
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    fb(), rel()                                      # warm-up (allocator, BLAS threads)
+    ratios = []
+    for r in range(max(1, repeats)):
+        first, second = (fb, rel) if r % 2 == 0 else (rel, fb)
+        t = {first: seconds(first), second: seconds(second)}
+        ratios.append(t[rel] / t[fb])
+    return float(statistics.median(ratios))
+
+
+# --------------------------------------------------------------------------- interleaved rounds
+def interleaved(contenders, rounds, log=None):
+    """Run each contender once per round, the order rotating by one each round; returns
+    {name: [seconds of round 0, round 1, ...]}. A contender is a no-argument function."""
+    names = list(contenders)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            t0 = time.perf_counter()
+            contenders[n]()
+            times[n].append(time.perf_counter() - t0)
+        if log:
+            log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in names))
+    return times
+
+
+def spread(values):
+    """(median, min, max) of a list of numbers."""
+    return statistics.median(values), min(values), max(values)
 
 
 def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run(config="default", vocab_size=1200, repeats=2, with_torch=True, with_autograd=True,
-        with_relevance=True, log=print):
+def _steps_only(config, vocab_size, n_steps):
+    """The child process of :func:`peak_memory_mib`: build, run ``n_steps`` training steps, print the peak."""
     from .train import preset
     cfg, _ = preset(config, vocab_size)
     batches = synthetic_batches(vocab_size)
-    rows = {}
+    step = numpy_step_fn(cfg, model.init_params(cfg, 0))
+    for i in range(n_steps):
+        step(batches[i % len(batches)])
+    print(json.dumps({"peak_rss_mib": peak_rss_mib()}))
+
+
+def peak_memory_mib(config, vocab_size, n_steps=8):
+    """Peak resident memory (MiB) of a fresh process that builds the model and runs ``n_steps`` steps."""
+    code = f"from minihead.bench import _steps_only; _steps_only({config!r}, {vocab_size}, {n_steps})"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["peak_rss_mib"]
+
+
+def _package_root():
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def blas_threads():
+    """The BLAS thread count asked for in the environment (None: the library's default, all cores)."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(var):
+            return int(os.environ[var])
+    return None
+
+
+# --------------------------------------------------------------------------- the report
+def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autograd=True,
+        with_relevance=True, with_memory=True, log=print):
+    """Run the benchmark and return its numbers (a dict); ``log`` prints the report as it goes."""
+    from .train import preset
+    cfg, _ = preset(config, vocab_size)
+    batches = synthetic_batches(vocab_size)
+    n_tok = sum(b.n_tokens for b in batches)
+    flops = sum(step_flops(cfg, b) for b in batches)
+    threads = blas_threads()
     log(f"config {config!r}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_heads} heads, d_model "
         f"{cfg.d_model}, d_ff {cfg.d_ff}, vocabulary {vocab_size}; {len(batches)} batches of "
-        f"~{batches[0].n_tokens} target tokens; backend {backend.name}")
-    rows["minihead (hand-written backward)"] = _time(numpy_step_fn(cfg, model.init_params(cfg, 0)), batches, repeats)
-    rss = peak_rss_mib()
+        f"~{n_tok // len(batches)} target tokens; backend {backend.name}, BLAS threads "
+        f"{threads if threads else 'default (' + str(os.cpu_count()) + ' cores)'}; {rounds} interleaved rounds")
+
+    def over_batches(step):
+        return lambda: [step(b) for b in batches]
+    contenders = {OURS: over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))}
     if with_autograd and backend.name == "numpy":
-        rows["same forward, autograd backward"] = _time(autograd_step_fn(cfg, model.init_params(cfg, 0)),
-                                                       batches, max(1, repeats // 2))
+        contenders["autograd"] = over_batches(autograd_step_fn(cfg, model.init_params(cfg, 0)))
+    torch_threads = None
     if with_torch:
         try:
-            step, threads = torch_step_fn(cfg)
-            rows[f"PyTorch CPU eager ({threads} threads)"] = _time(step, batches, repeats)
+            step, torch_threads = torch_step_fn(cfg)
+            contenders["PyTorch"] = over_batches(step)
         except ImportError:
             log("torch not installed: PyTorch comparison skipped (pip install torch==2.13.0)")
-    ours = rows["minihead (hand-written backward)"]
-    log("\ntraining step throughput (target tokens / s), measured side by side:")
-    for name, tps in rows.items():
-        log(f"  {name:<42s} {tps:9.0f} tok/s   minihead / this = {ours / tps:5.2f}x")
-    log(f"peak resident memory after the minihead steps: {rss:.0f} MiB")
-    result = {"throughput": rows, "peak_rss_mib": rss}
+    gemm, gemm_flops = gemm_fn(cfg, batches[0])
+    gemm_flops *= len(batches)
+    contenders["GEMM"] = lambda: [gemm() for _ in batches]
+    for fn in contenders.values():                   # warm-up: allocator, BLAS and torch threads
+        fn()
+    times = interleaved(contenders, rounds, log)
+
+    ours = times[OURS]
+    result = {"config": config, "rounds": rounds, "target_tokens_per_pass": n_tok, "blas_threads": threads,
+              "throughput": {}, "ratio": {}, "gflops": {}}
+    label = {OURS: "minihead, hand-written backward", "autograd": "same forward, autograd backward",
+             "PyTorch": f"PyTorch {_torch_version()} CPU eager ({torch_threads} threads)"}
+    log("\ntraining step throughput (target tokens / s; median over rounds, min-max in brackets):")
+    for name in [n for n in contenders if n != "GEMM"]:
+        tps = [n_tok / t for t in times[name]]
+        med, lo, hi = spread(tps)
+        result["throughput"][name] = {"median": med, "min": lo, "max": hi}
+        line = f"  {label[name]:<46s} {med:8.0f} [{lo:.0f}-{hi:.0f}]"
+        if name != OURS:
+            ratios = [t_other / t_ours for t_ours, t_other in zip(ours, times[name])]  # same round
+            med, lo, hi = spread(ratios)
+            result["ratio"][name] = {"median": med, "min": lo, "max": hi}
+            line += f"   minihead / this = {med:.2f}x [{lo:.2f}-{hi:.2f}]"
+        log(line)
+    achieved = [flops / t / 1e9 for t in ours]
+    rate = [gemm_flops / t / 1e9 for t in times["GEMM"]]
+    share = [a / g for a, g in zip(achieved, rate)]
+    result["gflops"] = {"step_gflop": flops / len(batches) / 1e9, "achieved": spread(achieved),
+                        "gemm_rate": spread(rate), "share": spread(share),
+                        "linear_share_of_flops": gemm_flops / flops}
+    log(f"\nmatrix products of a step: {flops / len(batches) / 1e9:.1f} GFLOP per batch "
+        f"({100 * gemm_flops / flops:.1f}% in the linear layers)")
+    log(f"  achieved by the minihead step: {spread(achieved)[0]:6.1f} GFLOP/s [{min(achieved):.1f}-{max(achieved):.1f}]")
+    log(f"  float32 GEMM at the model's linear shapes: {spread(rate)[0]:6.1f} GFLOP/s [{min(rate):.1f}-{max(rate):.1f}]")
+    log(f"  achieved / GEMM rate (same round): {100 * spread(share)[0]:.0f}% [{100 * min(share):.0f}-{100 * max(share):.0f}%]")
     if with_relevance:
-        try:
-            ratio = relevance_ratio(cfg, model.init_params(cfg, 0), batches)
-            log(f"relevance (LRP) pass / (forward + backward) pass: {ratio:.2f}x (budget 3x)")
-            result["relevance_ratio"] = ratio
-        except (ImportError, AttributeError) as exc:
-            log(f"relevance pass not measured: {exc}")
+        ratio = bench_relevance(model.init_params(cfg, 0), cfg, batches, repeats=max(3, rounds // 2))
+        result["relevance_ratio"] = ratio
+        log(f"relevance (LRP) pass / (forward + backward) pass: {ratio:.2f}x (median of alternating repeats)")
+    if with_memory:
+        result["peak_rss_mib"] = peak_memory_mib(config, vocab_size)
+        log(f"peak resident memory of a process running only the training steps: {result['peak_rss_mib']:.0f} MiB")
     return result
+
+
+def _torch_version():
+    try:
+        import torch
+        return torch.__version__.split("+")[0]
+    except ImportError:
+        return ""
+
+
+def profile(config="default", vocab_size=1200, steps=8, top=25, cpu_time=False, log=print):
+    """cProfile of ``steps`` training steps (after a warm-up pass): the ``top`` functions by own time.
+    ``cpu_time``: time with the process CPU clock, so other programs on a shared machine count less."""
+    from .train import preset
+    cfg, _ = preset(config, vocab_size)
+    batches = synthetic_batches(vocab_size)
+    step = numpy_step_fn(cfg, model.init_params(cfg, 0))
+    for b in batches:
+        step(b)
+    prof = cProfile.Profile(time.process_time) if cpu_time else cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for i in range(steps):
+        step(batches[i % len(batches)])
+    prof.disable()
+    wall = time.perf_counter() - t0
+    n_tok = sum(batches[i % len(batches)].n_tokens for i in range(steps))
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    log(f"{steps} training steps of {config!r} under cProfile: {wall:.2f} s wall, {n_tok / wall:.0f} target "
+        f"tokens / s (the profiler slows Python calls); top {top} functions by own time:")
+    log(out.getvalue())
+    return stats
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m minihead.bench", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="default")
     p.add_argument("--vocab", type=int, default=1200)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (the medians are over these)")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--no-autograd", action="store_true")
     p.add_argument("--no-relevance", action="store_true")
+    p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--json", help="also write the numbers to this file")
+    p.add_argument("--profile", action="store_true", help="profile the training step instead (cProfile)")
+    p.add_argument("--cpu-time", action="store_true", help="with --profile: time by the process CPU clock")
     a = p.parse_args(argv)
-    run(a.config, a.vocab, a.repeats, not a.no_torch, not a.no_autograd, not a.no_relevance)
+    if a.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.profile:
+        profile(a.config, a.vocab, cpu_time=a.cpu_time)
+        return
+    result = run(a.config, a.vocab, a.rounds, not a.no_torch, not a.no_autograd, not a.no_relevance,
+                 not a.no_memory)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

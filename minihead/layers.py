@@ -205,7 +205,7 @@ def softmax_forward(s, bias=None):
         e /= _row_sum(e)
         return e, e
     e = xp.exp(z)                                            # (..., K)
-    p = e / e.sum(-1, keepdims=True)                         # (..., K)
+    p = e / _row_sum(e)                                      # (..., K)
     return p, p
 
 

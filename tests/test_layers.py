@@ -224,3 +224,52 @@ def test_gated_multihead_attention_backward(rng, causal):
             continue
         check(n, g[n], f, p[n], a)
     assert np.allclose(out, _mha_reference(xq, xkv, p, bias, H, gate)), "forward equals the per-head formula"
+
+
+def test_dropout_mask_draws_16_bits_per_element():
+    """m / (1 - p16), m = [u >= round(p 2^16)] for u the 16-bit words of the generator's raw 64-bit stream
+    (four elements per draw): the values are 0 and 1 / (1 - p16), the drop rate is p16 = round(p 2^16) / 2^16,
+    and the generator advances by exactly ceil(n / 4) draws (so a checkpointed state resumes the same masks)."""
+    p, shape = 0.1, (37, 11)                 # n = 407: not a multiple of 4
+    n, thr = 37 * 11, round(0.1 * 2 ** 16)
+    m = layers.dropout_mask(shape, p, np.random.default_rng(3), "float64")
+    u = np.random.default_rng(3).bit_generator.random_raw(-(-n // 4)).view(np.uint16)[:n].reshape(shape)
+    assert np.array_equal(m, (u >= thr) / (1 - thr / 2 ** 16))
+    g1, g2 = np.random.default_rng(4), np.random.default_rng(4)
+    layers.dropout_mask(shape, p, g1, "float32")
+    g2.bit_generator.random_raw(-(-n // 4))
+    assert g1.bit_generator.state == g2.bit_generator.state
+    big = layers.dropout_mask((1000, 1000), p, np.random.default_rng(5), "float32")
+    assert big.dtype == np.float32
+    assert abs((big == 0).mean() - thr / 2 ** 16) < 2e-3 and abs(big.mean() - 1.0) < 2e-3, "E[mask] = 1"
+
+
+def test_row_reductions_match_numpy(rng):
+    """_row_max (column by column for rows of <= 32), _row_sum, _row_dot and _col_sum equal NumPy's max / sum."""
+    for k in (1, 5, 32, 33, 200):
+        x = rng.normal(size=(3, 4, k))
+        assert np.array_equal(layers._row_max(x), x.max(-1, keepdims=True)), k
+        assert np.allclose(layers._row_sum(x), x.sum(-1, keepdims=True), rtol=1e-12, atol=1e-12)
+        assert np.allclose(layers._row_dot(x, 2 * x), (2 * x * x).sum(-1, keepdims=True), rtol=1e-12)
+        assert np.allclose(layers._col_sum(x.reshape(-1, k)), x.reshape(-1, k).sum(0), rtol=1e-12)
+    x = np.array([[-np.inf, -1e9, 3.0], [2.0, 2.0, -0.0]])
+    assert np.array_equal(layers._row_max(x), np.array([[3.0], [2.0]]))
+
+
+def test_in_place_forwards_equal_the_out_of_place_ones(rng, monkeypatch):
+    """The in-place branches (taken on plain arrays) compute bit for bit what the out-of-place ones (taken
+    under autograd, or with layers.INPLACE off) compute: linear, LayerNorm, softmax, cross-entropy, dropout."""
+    x, W, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(4, 5)), rng.normal(size=5)
+    g, s = rng.normal(size=4), rng.normal(size=(2, 3, 6))
+    bias = np.where(rng.random((2, 1, 6)) < 0.3, layers.NEG_INF, 0.0)
+    z, y, m = rng.normal(size=(6, 9)), rng.integers(0, 9, 6), np.array([1, 1, 0, 1, 1, 0], bool)
+
+    def run():
+        return [layers.linear_forward(x, W, b)[0], layers.layernorm_forward(x, g, b[:4])[0],
+                layers.softmax_forward(s, bias)[0], *layers.xent_forward(z, y, m, 0.1)[:2],
+                layers.dropout_forward(x.copy(), 0.3, np.random.default_rng(0), inplace=True)[0]]
+    fast = run()
+    monkeypatch.setattr(layers, "INPLACE", False)
+    slow = run()
+    for a, c in zip(fast, slow):
+        assert np.array_equal(a, c)

@@ -80,3 +80,46 @@ def test_padding_does_not_change_real_positions():
     b2.src_mask = np.concatenate([b.src_mask, np.zeros((3, 3), bool)], 1)
     l2 = model.loss_forward(params, cfg, b2)[0]
     assert abs(l1 - l2) < 1e-12
+
+
+def test_in_place_training_step_equals_the_out_of_place_one(monkeypatch):
+    """The forward's in-place branches (layers._owned) change no number: loss and every gradient of a float32
+    training step with dropout are bit for bit those of the out-of-place path that autograd checks above."""
+    from minihead import layers
+    cfg = model.Config(vocab_size=23, n_enc_layers=2, n_dec_layers=2, n_heads=2, d_model=8, d_ff=12,
+                       dropout=0.2, attn_dropout=0.1)
+    params = model.init_params(cfg, seed=3)
+    batch = toy_batch(np.random.default_rng(12), cfg.vocab_size)
+    gates = {k: np.full((2, 2), 0.7, "float32") for k in model.GATE_KINDS}
+    loss, grads, info = model.loss_and_grads(params, cfg, batch, gates, backend.rng(5))
+    monkeypatch.setattr(layers, "INPLACE", False)
+    loss2, grads2, info2 = model.loss_and_grads(params, cfg, batch, gates, backend.rng(5))
+    assert loss == loss2 and all(np.array_equal(grads[k], grads2[k]) for k in params)
+    assert all(np.array_equal(info["dgates"][k], info2["dgates"][k]) for k in model.GATE_KINDS)
+
+
+def test_adam_and_clipping_follow_their_formulas():
+    """Adam (Kingma & Ba 2015, Algorithm 1): m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+    p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), written out for three steps in float64; and
+    clip_grad_norm scales every gradient by max_norm / ||g|| when the global norm ||g|| exceeds max_norm."""
+    from minihead.optim import Adam, clip_grad_norm
+    gen = np.random.default_rng(0)
+    params = {"a": gen.normal(size=(3, 4)), "b": gen.normal(size=5)}
+    ref = {k: v.copy() for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(x) for k, x in params.items()}
+    opt, (b1, b2, eps) = Adam(params), (0.9, 0.98, 1e-9)
+    for t in range(1, 4):
+        grads = {k: gen.normal(size=x.shape) for k, x in params.items()}
+        for k, g in grads.items():
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g * g
+            ref[k] = ref[k] - 0.01 * (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k] / (1 - b2 ** t)) + eps)
+        opt.step(params, grads, 0.01)
+        for k in params:
+            assert np.allclose(params[k], ref[k], rtol=1e-12, atol=1e-14), (t, k)
+    grads = {k: gen.normal(size=x.shape) for k, x in params.items()}
+    norm = np.sqrt(sum((g * g).sum() for g in grads.values()))
+    before = {k: g.copy() for k, g in grads.items()}
+    assert clip_grad_norm(grads, 0.5) == pytest.approx(norm, rel=1e-12)
+    assert all(np.allclose(grads[k], before[k] * 0.5 / norm, rtol=1e-9) for k in grads)

@@ -1,0 +1,57 @@
+"""The benchmark's own arithmetic: FLOP counting from the shapes, interleaved rounds, the relevance-pass
+ratio, the profile and a one-round run (no PyTorch or autograd, so it stays quick)."""
+from types import SimpleNamespace
+
+import numpy as np
+
+from minihead import bench, model
+
+
+def test_step_flops_counts_every_product_three_times():
+    """A step is 3x the forward's matrix products (dX and dW match Y in size): per encoder layer four d x d
+    projections and the FFN on B S rows plus Q K^T and A V; per decoder layer self-attention on B T rows,
+    cross-attention (Q, O on B T rows, K, V on B S rows, products over T x S), the FFN; the output layer."""
+    cfg = model.Config(vocab_size=11, n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=4, d_ff=6)
+    b = SimpleNamespace(src=np.zeros((2, 3), int), tgt_in=np.zeros((2, 5), int))
+    B, S, T, d, f, V = 2, 3, 5, 4, 6, 11
+    enc = 2 * (4 * B * S * d * d + 2 * B * S * d * f) + 2 * 2 * B * S * S * d
+    dec = (2 * (4 * B * T * d * d) + 2 * 2 * B * T * T * d                       # self-attention
+           + 2 * (2 * B * T * d * d + 2 * B * S * d * d) + 2 * 2 * B * T * S * d  # cross-attention
+           + 2 * 2 * B * T * d * f)                                               # FFN
+    assert bench.step_flops(cfg, b) == 3 * (enc + dec + 2 * B * T * d * V)
+    run, flops = bench.gemm_fn(cfg, b)
+    assert flops == 3 * sum(2 * n * k * m for n, k, m in bench.linear_shapes(cfg, b))
+    assert np.isfinite(run())
+
+
+def test_interleaved_rounds_rotate_the_order():
+    """Each contender runs once per round; the starting contender moves by one each round."""
+    order = []
+    times = bench.interleaved({n: (lambda n=n: order.append(n)) for n in "abc"}, rounds=4)
+    assert order == list("abc" "bca" "cab" "abc")
+    assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4, "c": 4}
+    assert bench.spread([3, 1, 2, 10]) == (2.5, 1, 10)
+
+
+def test_bench_relevance_ratio():
+    """bench_relevance returns t(relevance pass) / t(forward + backward), the median over alternating repeats."""
+    cfg = model.Config(vocab_size=30, n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=8, d_ff=12, dropout=0.0)
+    params = model.init_params(cfg, 0)
+    batches = bench.synthetic_batches(30, n_batches=2, B=3, S=6, T=5)
+    ratio = bench.bench_relevance(params, cfg, batches, repeats=3)
+    assert isinstance(ratio, float) and 0 < ratio < 100
+
+
+def test_one_round_run_and_profile():
+    """run() measures the hand-written step against the GEMM rate and reports achieved GFLOP/s; --profile
+    names the layer functions."""
+    lines = []
+    r = bench.run("quick", vocab_size=60, rounds=1, with_torch=False, with_autograd=False,
+                  with_relevance=False, with_memory=False, log=lines.append)
+    assert r["throughput"]["minihead"]["median"] > 0
+    med, lo, hi = r["gflops"]["share"]
+    assert 0 < lo <= med <= hi
+    assert any("GEMM at the model's linear shapes" in line for line in lines)
+    out = []
+    bench.profile("quick", vocab_size=60, steps=1, log=out.append)
+    assert "linear_backward" in "\n".join(out)
