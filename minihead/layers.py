@@ -287,6 +287,25 @@ def attention_bias(key_mask, causal_T=None, dtype="float32"):
     return bias
 
 
+def _merge_heads(x):
+    """(B, H, T, dh) -> (B, T, H dh): the heads side by side (concat_h)."""
+    B, H, T, dh = x.shape
+    return x.transpose((0, 2, 1, 3)).reshape(B, T, H * dh)
+
+
+def _merged_matmul(a, b):
+    """The per-head product a @ b, (B, H, T, dh), and the same numbers with the heads merged, (B, T, H dh).
+    On plain arrays the product is written straight into the merged layout (``out=`` a transposed view of
+    a (B, T, H, dh) buffer), so the merge costs no transpose copy; under autograd it is a @ b, then merged."""
+    if not (_owned(a) and _owned(b)):
+        r = a @ b
+        return r, _merge_heads(r)
+    B, H, T, dh = a.shape[0], a.shape[1], a.shape[2], b.shape[-1]
+    buf = xp.empty((B, T, H, dh), dtype=xp.result_type(a, b))   # (B, T, H, dh)
+    r = xp.matmul(a, b, out=buf.transpose((0, 2, 1, 3)))       # (B, H, T, dh) view of buf
+    return r, buf.reshape(B, T, H * dh)
+
+
 def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None, kv=None):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017, eq. 1 and sec. 3.2.2).
 
@@ -311,9 +330,11 @@ def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None, k
         S = S * scale
     A, _ = softmax_forward(S, bias)                          # (B, H, Tq, Tk)
     A_d, c_drop = dropout_forward(A, attn_drop, rng)         # (B, H, Tq, Tk)
-    Z = A_d @ Vh                                             # (B, H, Tq, dh) head outputs
-    Zg = Z if gate is None else Z * gate[None, :, None, None]  # (B, H, Tq, dh)
-    concat = Zg.transpose((0, 2, 1, 3)).reshape(B, Tq, d)      # (B, Tq, d)
+    if gate is None:
+        Z, concat = _merged_matmul(A_d, Vh)                  # (B, H, Tq, dh) head outputs, (B, Tq, d)
+    else:
+        Z = A_d @ Vh                                         # (B, H, Tq, dh) head outputs
+        concat = _merge_heads(Z * gate[None, :, None, None])  # (B, Tq, d)
     out, co = linear_forward(concat, p["Wo"], p["bo"])        # (B, Tq, d)
     cache = {"q": cq, "k": ck, "v": cv, "Q": Q, "K": K, "V": Vh, "A": A, "drop": c_drop, "A_d": A_d,
              "Z": Z, "gate": gate, "concat": concat, "o": co, "scale": scale, "H": H}
@@ -344,16 +365,12 @@ def mha_backward(dout, c):
         dZ = dZg * gate[None, :, None, None]                 # (B, H, Tq, dh)
         dgate = (dZg * c["Z"]).sum(axis=(0, 2, 3))           # (H,)
     dA_d = dZ @ c["V"].transpose((0, 1, 3, 2))                 # (B, H, Tq, Tk)
-    dV = c["A_d"].transpose((0, 1, 3, 2)) @ dZ                 # (B, H, Tk, dh)
+    dV, dv = _merged_matmul(c["A_d"].transpose((0, 1, 3, 2)), dZ)  # (B, H, Tk, dh), (B, Tk, d)
     dA = dropout_backward(dA_d, c["drop"])                   # (B, H, Tq, Tk)
     dS = softmax_backward(dA, c["A"])                        # (B, H, Tq, Tk)
     dS *= scale
-    dQ = dS @ c["K"]                                         # (B, H, Tq, dh)
-    dK = dS.transpose((0, 1, 3, 2)) @ c["Q"]                   # (B, H, Tk, dh)
-    Tk = dK.shape[2]
-    dq = dQ.transpose((0, 2, 1, 3)).reshape(B, Tq, d)          # (B, Tq, d)
-    dk = dK.transpose((0, 2, 1, 3)).reshape(B, Tk, d)          # (B, Tk, d)
-    dv = dV.transpose((0, 2, 1, 3)).reshape(B, Tk, d)          # (B, Tk, d)
+    dQ, dq = _merged_matmul(dS, c["K"])                      # (B, H, Tq, dh), (B, Tq, d)
+    dK, dk = _merged_matmul(dS.transpose((0, 1, 3, 2)), c["Q"])  # (B, H, Tk, dh), (B, Tk, d)
     dxq, dWq, dbq = linear_backward(dq, c["q"])
     dxk, dWk, dbk = linear_backward(dk, c["k"])
     dxv, dWv, dbv = linear_backward(dv, c["v"])
