@@ -22,7 +22,6 @@ positional encoding is an input, so it keeps its share (reported apart from the 
 Relevance arrays may carry extra LEADING axes in front of the activation's shape (one per starting
 position for ``per_position=True``); every rule broadcasts over them.
 """
-import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -432,33 +431,3 @@ def _result(p, lead):
         n_start=R0.sum(axis=tuple(range(R0.ndim - 2)) + (R0.ndim - 1,)),
         full={k: [mv(a) for a in v] for k, v in full.items()})
 
-
-# --------------------------------------------------------------------------- speed
-def bench_relevance(params, cfg, batches, repeats=3, **options):
-    """Measured cost of the relevance pass over ``batches`` relative to a training-style forward plus
-    backward pass (model.loss_and_grads, no dropout) over the same batches: best-of-``repeats`` time
-    of each, returned as t_relevance / t_forward_backward (a float). ``options`` go to :func:`relevance`."""
-    from . import model
-    batches = list(batches)
-
-    def fb():
-        acc = 0.0
-        for b in batches:
-            acc += float(model.loss_and_grads(params, cfg, b)[0])   # float() syncs a GPU
-        return acc
-
-    def rel():
-        acc = 0.0
-        for b in batches:
-            acc += float(relevance(params, cfg, b, **options).src.sum())
-        return acc
-
-    def best(fn):
-        times = []
-        for _ in range(max(1, repeats)):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-    fb()                                                     # warm-up (allocator, BLAS threads)
-    return best(rel) / best(fb)

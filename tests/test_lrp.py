@@ -532,15 +532,6 @@ def test_dropout_cache_and_bad_chunk_rejected():
         lrp.relevance(params, cfg, batch, per_position=True, chunk=0)
 
 
-def test_bench_relevance_ratio():
-    """bench_relevance returns t(relevance pass) / t(forward + backward) > 0 over the batches."""
-    cfg, params = toy_model(layers=1)
-    gen = np.random.default_rng(17)
-    batches = [toy_batch(gen, cfg.vocab_size) for _ in range(2)]
-    ratio = lrp.bench_relevance(params, cfg, batches, repeats=1)
-    assert isinstance(ratio, float) and 0 < ratio < 100
-
-
 @pytest.mark.parametrize("linear", ["z", "official", "epsilon", "alphabeta"])
 def test_float32_model_gives_float32_relevance(linear):
     """No silent upcast: a float32 model's relevances stay float32 (memory and speed of the pass)."""
