@@ -57,8 +57,11 @@ hc
 # The official code uses $\beta = 0.33$; Louizos et al. used $\beta = 2/3$. The noise is drawn by the caller
 # (`draw_u`, from a seeded host generator), so every sample is reproducible.
 #
-# At test time the noise is dropped (Louizos eq. 13): $g = \mathrm{clip}\big(\sigma(\log\alpha)(\zeta-\gamma)+\gamma,\,0,\,1\big)$.
-# A head is pruned when that is exactly 0.
+# At test time the noise is dropped, and there are two readouts. **The paper's** (sec. 6.1, `binary_gate`): a gate
+# is 1 where $P(g = 1) \ge P(g = 0)$ and 0 otherwise, so a head is either kept whole or pruned. **The official
+# code's** (Louizos eq. 13, `test_gate`): the continuous $g = \mathrm{clip}\big(\sigma(\log\alpha)(\zeta-\gamma)+\gamma,\,0,\,1\big)$,
+# which can leave a head scaled by a value between 0 and 1. Under either a head is pruned when its gate is 0; the
+# pruning chapters count kept heads with the binary readout and report BLEU under both.
 
 # %%
 gen = backend.rng(0)
@@ -66,11 +69,13 @@ log_alpha = xp.asarray([-3.0, -1.0, 0.0, 1.0, 3.0], dtype=F64)   # (5,)
 u = hc.draw_u(gen, (4, 5), dtype=F64)                               # (4, 5): 4 draws for each of 5 gates
 g, _ = hc.sample_forward(log_alpha, u)                              # (4, 5)
 print("samples (rows = draws):\n", host(g).round(3))
-print("test-time gates:", host(hc.test_gate(log_alpha)).round(3))
+print("test-time gates, continuous (official code):", host(hc.test_gate(log_alpha)).round(3))
+print("test-time gates, binary (the paper's):       ", host(hc.binary_gate(log_alpha)).round(3))
 
 # %% [markdown]
-# Many samples are exactly 0 or exactly 1; the rest lie in between. Note the test-time gate at $\log\alpha = 0$:
-# $\mathrm{clip}(0.5 \cdot 1.2 - 0.1) = 0.5$.
+# Many samples are exactly 0 or exactly 1; the rest lie in between. Note the continuous test-time gate at
+# $\log\alpha = 0$: $\mathrm{clip}(0.5 \cdot 1.2 - 0.1) = 0.5$, a head at half strength; the binary gate there is 1
+# (at $\log\alpha = 0$ the two point masses are equal, and ties open).
 #
 # ## 2. What the distribution looks like
 #
@@ -147,7 +152,8 @@ plt.figure(figsize=(7, 3.5))
 plt.plot(host(grid), host(p0), label="P(g = 0)")
 plt.plot(host(grid), host(p1), label="P(g = 1)")
 plt.plot(host(grid), host(1 - p0 - p1), label="P(0 < g < 1): gradient flows")
-plt.plot(host(grid), host(hc.test_gate(grid)), "k--", label="test-time gate")
+plt.plot(host(grid), host(hc.test_gate(grid)), "k--", label="test-time gate, continuous (official code)")
+plt.plot(host(grid), host(hc.binary_gate(grid)), "k:", label="test-time gate, binary (the paper's)")
 for t in (math.log(-hc.gamma / hc.zeta), math.log((1 - hc.gamma) / (hc.zeta - 1))):
     plt.axvline(t, color="grey", lw=0.6)
 plt.axvline(LOG_ALPHA_OPEN, color="C3", lw=0.8, ls=":", label=f"init log_alpha = {LOG_ALPHA_OPEN}")
@@ -161,8 +167,9 @@ print("at the init log_alpha = 3:  P(g=1) = %.3f, test gate = %.1f" % (float(hc.
                                                                      float(hc.test_gate(la_open))))
 
 # %% [markdown]
-# The grey lines are the test-time thresholds: the head is pruned for $\log\alpha \le \log(-\gamma/\zeta) = -2.40$
-# and fully on for $\log\alpha \ge \log\frac{1-\gamma}{\zeta-1} = +2.40$. We start pruning from
+# The grey lines are the continuous readout's thresholds: the head is pruned for
+# $\log\alpha \le \log(-\gamma/\zeta) = -2.40$ and fully on for $\log\alpha \ge \log\frac{1-\gamma}{\zeta-1} = +2.40$;
+# between them it is scaled. The binary readout switches at once where the curves P(g = 0) and P(g = 1) cross. We start pruning from
 # $\log\alpha = 3$ (`LOG_ALPHA_OPEN`), where every head is fully on at test time and 90% of the training samples
 # are exactly 1. (The official code initialises $\log\alpha$ with TensorFlow's default Glorot-uniform, i.e. close
 # to 0, where the test-time gate is 0.5.)
@@ -404,6 +411,9 @@ assert all(v < 1e-6 for v in checks.values()), checks
 assert bool(xp.all(clipped_grad == 0)) and set(host(g_c).tolist()) == {0.0, 1.0}
 # The test-time gate: 0.5 at log_alpha = 0, fully on at the init, off far below.
 assert abs(float(hc.test_gate(xp.asarray(0.0))) - 0.5) < 1e-12 and float(hc.test_gate(xp.asarray(LOG_ALPHA_OPEN))) == 1.0
+# The paper's binary readout: 1 exactly where P(g = 1) > P(g = 0) on the grid (off the tie itself), else 0.
+off_tie = xp.abs(grid - hc.binary_threshold()) > 1e-9                 # (321,)
+assert bool(xp.all((hc.binary_gate(grid) == (p1 > p0))[off_tie])), "binary gate != [P(g=1) > P(g=0)]"
 # Toy pruning: the 4 useless heads are closed (gate exactly 0), the 2 needed ones open (exactly 1), in every seed.
 assert toy_ok, results
 # At lr = 0.01 the same 300 steps have not yet closed them (the "gates never close" symptom).
