@@ -2,7 +2,7 @@
 # # Chapter 3: What the heads do: positional, syntactic and rare-word heads
 #
 # Chapter 2 ranked the encoder's self-attention heads by how much they contribute to the translation (LRP
-# relevance) and found that in each layer a few heads carry most of it. Voita et al. (2019, sec. 5) then ask what
+# relevance); Voita et al. found that in each layer a few heads carry most of it. They (2019, sec. 5) then ask what
 # those heads *do*, and read off three functions from the attention maps alone:
 #
 # * **positional** heads attend to the previous or the next word;
@@ -104,37 +104,40 @@ assert xp.allclose(conf[0], xp.asarray(by_hand))
 #
 # A head is positional when its most-attended word sits at the same relative position (-1 or +1) in at least 90%
 # of cases. `positional_shares` counts, for every head, the share of query words whose argmax is at offset -1 and
-# at +1. The denominator matters on short sentences: the first word has no left neighbour, so even a perfect
-# previous-word head scores (N - S) / N over all N queries of S sentences. `roles.positional_heads` classifies on the
-# all-queries share (the stricter reading, used for the trained model below); the share over the queries where the
-# offset exists is shown beside it.
+# at +1, by default over the query words where that offset **exists** (not the first word for -1, not the last for
+# +1): that is the criterion, here and for the trained model below, so the verdict does not depend on sentence
+# length. With `possible_only=False` it divides by all N queries of S sentences instead, shown beside it: there even
+# a perfect previous-word head scores only (N - S) / N, its first word having no left neighbour.
 
 # %%
-shares = roles.positional_shares(toy_maps)                          # (1, 3, 2): offsets -1, +1
-shares_possible = roles.positional_shares(toy_maps, possible_only=True)
-print("all queries:     ", xp.round(shares[0, 0], 3), "= (12 - 2) / 12 for the previous-word head")
+shares_possible = roles.positional_shares(toy_maps)                 # (1, 3, 2): offsets -1, +1; the criterion
+shares = roles.positional_shares(toy_maps, possible_only=False)     # (1, 3, 2): over all queries, shown beside
 print("offset possible: ", xp.round(shares_possible[0, 0], 3))
-print("positional heads at 0.9:", roles.positional_heads(shares), "| on the second share:",
-      roles.positional_heads(shares_possible))
+print("all queries:     ", xp.round(shares[0, 0], 3), "= (12 - 2) / 12 for the previous-word head")
+print("positional heads at 0.9:", roles.positional_heads(shares_possible), "| on all queries:",
+      roles.positional_heads(shares))
 
 # %% [markdown]
-# On these two sentences of 7 and 5 words the perfect previous-word head reaches only 10/12 = 0.83 on all queries,
-# below the 90% line; on the dev set (about 12 words a sentence) the same head would score about 0.92, so a real head
-# must slip on fewer than one query in 40 to pass. That is the price of the strict denominator.
+# On the queries where the offset exists the perfect previous-word head scores 1.0 and passes. Over all queries of
+# these two sentences of 7 and 5 words it would reach only 10/12 = 0.83, below the 90% line, and on the dev set
+# (about 11 words a sentence) about 0.91: a real head would then have to slip on fewer than one query in 100. The
+# denominator would decide the verdict, not the head; over the queries where the offset exists it does not.
 #
 # ### Syntactic heads (sec. 5.2, Table 1)
 #
-# For a relation, say `nsubj`, and a direction, the head's **accuracy** is the share of gold arcs where the word
-# the query attends to most is the related word: "verb->subject" asks the verb's row to peak on its subject,
-# "subject->verb" asks the subject's row to peak on its verb. The **baseline** is the best fixed offset: the most
-# frequent relative position of the answer word over all arcs of that relation (its share of the arcs). A head is
-# syntactic for a relation when it beats that baseline by at least 10 points.
+# For a relation, say `nsubj`, and a direction, the head's **accuracy** is counted per query token, as the paper
+# does: over the words that have a relative in that relation and direction, the share whose most-attended word is
+# one of those relatives. "verb->subject" asks the verb's row to peak on its subject (any of them, for a coordinated
+# subject), "subject->verb" asks the subject's row to peak on its verb. The **baseline** is the best fixed offset,
+# counted the same way: the largest share of those query tokens that a single relative position d hits. A head is
+# syntactic for a relation when it beats that baseline by at least 10 points. (`per="arc"` counts one trial per
+# arc instead.)
 
 # %%
 acc, counts = roles.syntactic_accuracy(toy_maps, toy_trees)
 baseline, offsets = roles.offset_baseline(toy_trees)
 for (rel, d), a in acc.items():
-    print(f"{rel:7s} {roles.DIRECTION_NAMES[rel, d]:16s} arcs {counts[rel, d]}  head 1 acc {float(a[0, 1]):.2f}"
+    print(f"{rel:7s} {roles.DIRECTION_NAMES[rel, d]:16s} queries {counts[rel, d]}  head 1 acc {float(a[0, 1]):.2f}"
           f"   baseline offset {offsets[rel, d]:+d} -> {baseline[rel, d]:.2f}")
 print("syntactic heads:", {k: v for k, v in roles.syntactic_heads(acc, baseline).items() if v})
 
@@ -144,7 +147,8 @@ print("syntactic heads:", {k: v for k, v in roles.syntactic_heads(acc, baseline)
 # reason. The baseline of `nsubj` is 0.5: the subject sits at -1 in one sentence and at -2 in the other, and the
 # previous-word head 0 scores exactly that on verb->subject. With a single arc (`amod`, `advmod` here) some offset
 # always fits, the baseline is 100% and no head can beat it: the test needs many arcs. On real text the offset
-# baseline is strong for `amod` (0.75 on UD EWT dev), which is why the paper's amod heads barely beat it.
+# baseline is strong for `amod` (the adjective is mostly right before its noun), which is why the paper's amod heads
+# barely beat it.
 #
 # ### Rare-word heads (sec. 5.3)
 #
@@ -159,8 +163,8 @@ print(f"sentences used {rare.n_sentences}; rarest share per head {xp.round(rare.
 print("roles:", roles.classify_heads(shares_possible, acc, baseline, rare))
 
 # %% [markdown]
-# `classify_heads` joins the three tests (computed here on the "offset possible" shares, so the toy's head 0 passes;
-# the trained model below uses the strict ones). The rare-word role goes to the single head with the highest
+# `classify_heads` joins the three tests (on the shares over the queries where the offset exists, as for the
+# trained model below). The rare-word role goes to the single head with the highest
 # rarest-word share, if that share is at least 3 times chance.
 #
 # ### BPE pieces back to words
@@ -239,10 +243,10 @@ plt.show()
 # ### Positional heads
 #
 # Where does each head's argmax land relative to the query? The three most frequent offsets per head (0 = the word
-# itself), then the verdict at the paper's 90% line.
+# itself, shares of all queries), then the verdict at the paper's 90% line on the queries where the offset exists.
 
 # %%
-sh = host(report.shares)
+sh = host(report.shares_possible)                                   # (L, H, 2) the criterion's shares
 best_pos = max(((l, h) for l in range(cfg.n_enc_layers) for h in range(cfg.n_heads)),
                key=lambda lh: sh[lh].max())
 uniform = len(trees) / report.n_words      # confidence of a uniform row, pooled: mean of 1/T over queries
@@ -257,9 +261,11 @@ def top_offsets(l, h, k=3):
 
 for l in range(cfg.n_enc_layers):
     print(f"layer {l}: " + " | ".join(f"head {h} [{top_offsets(l, h)}]" for h in range(cfg.n_heads)))
-print("positional heads (>= 0.90 of all queries):", report.positional or "none")
+print("positional heads (>= 0.90 of the queries where the offset exists):", report.positional or "none")
+k_pos = int(sh[best_pos].argmax())
 print(f"best positional candidate: layer {best_pos[0]} head {best_pos[1]}, share {sh[best_pos].max():.3f} at "
-      f"offset {(-1, 1)[int(sh[best_pos].argmax())]:+d}, confidence {float(report.confidence[best_pos]):.2f}")
+      f"offset {(-1, 1)[k_pos]:+d} ({float(host(report.shares)[best_pos][k_pos]):.3f} of all queries), "
+      f"confidence {float(report.confidence[best_pos]):.2f}")
 
 # %% [markdown]
 # ### Syntactic heads: Table 1 beside the paper
@@ -300,26 +306,25 @@ plt.show()
 # %% [markdown]
 # ## 4. Roles and importance
 #
-# Chapter 2's LRP relevance of each encoder head (normalised over the heads of each layer) with the roles laid over
-# it: P positional, S syntactic, R rare-word. The paper's observation is that the heads with high relevance are the
-# specialised ones.
+# Chapter 2's LRP relevance of each encoder head with the roles laid over it: P positional, S syntactic, R
+# rare-word. The paper's observation is that the heads with high relevance are the specialised ones. The relevance
+# is the paper's z-rule per prediction, read from the cache `python -m minihead reproduce` and chapter 2 share; the
+# shares shown are **magnitude** shares $|r_h| / \sum_{h'} |r_{h'}|$ per prediction (`relevance_abs`): the signed
+# z-rule shares of a layer nearly cancel on these models (chapter 2, section 3.3), so they cannot rank heads.
 
 # %%
-from minihead.data.vocab import batches
-from minihead.importance import head_relevance
+from minihead.reproduce import SCALES, importance_stage
 
-n_rel = 150 if QUICK else 500
-dev_src, dev_tgt = study.splits["dev"]
-rel_batches = list(batches([study.vocab.encode(s) for s in dev_src[:n_rel]],
-                           [study.vocab.encode(t) for t in dev_tgt[:n_rel]], 3000))
-relevance = host(head_relevance(study.params, cfg, rel_batches)["enc"])          # (L, H)
+S_ = SCALES["quick" if QUICK else "full"]
+imp = importance_stage(study, S_["n_dev"], S_["n_ablation"])
+relevance = host(xp.asarray(imp["relevance_abs"]["enc"]))                      # (L, H), rows sum to 1
 
 def letters(lh):
     r = report.roles[lh]
     return "".join(c for c, name in (("P", "positional"), ("S", "syntactic"), ("R", "rare")) if name in r)
 
 fig, ax = plt.subplots(figsize=(0.9 * cfg.n_heads + 2, 0.6 * cfg.n_enc_layers + 1.2))
-roles.plot_head_scores(relevance, "LRP relevance (rows sum to 1); roles P / S / R", ax=ax)
+roles.plot_head_scores(relevance, "LRP relevance, magnitude shares (rows sum to 1); roles P / S / R", ax=ax)
 for (l, h) in report.roles:
     ax.text(h, l + 0.32, letters((l, h)), ha="center", va="center", fontsize=9, color="red", weight="bold")
 plt.show()
@@ -336,85 +341,68 @@ print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) 
 # %% [markdown]
 # ## 5. What reproduced, and at which scale
 #
-# The three functions of the paper are not equally visible in this project's models:
-#
-# * **Positional heads: not found.** No head comes near the 90% line. Many heads put their largest weight on the
-#   query word itself (offset 0); the heads that lean towards the previous word do so for well under half of the
-#   queries (about a fifth in the quick model, up to about 0.37 in the default one). The synthetic source language is
-#   read word by word, without BPE pieces to glue back together, and its sentences are short: the local context the
-#   paper's positional heads supply seems to be carried by the residual stream and the position encodings instead.
-# * **Syntactic heads: found for few relations, and only at the line in the quick model.** In both models the best
-#   syntactic head attends from the verb to its adverb. In the default model it beats the best fixed offset by well
-#   over 10 points (75.8 vs 51.4). In the quick model it sits near the 10-point line, and which side it lands on
-#   depends on the CPU: the quick model trained with one BLAS thread on the machine of earlier sessions had
-#   68.5 vs 51.4 (+17) and an adverb->verb head at +16, the same seed on an AMD EPYC machine with OpenBLAS's
-#   Haswell kernels 59.8 vs 51.4 (+8.4) and +6.1: float sums in a different order train a slightly different
-#   model. So at quick scale this finding is **borderline, not asserted either way**; the cell below asserts what
-#   holds on both machines (the best head is verb->adverb, at least 5 points above the baseline, and only advmod
-#   heads can pass the line). This is the relation the translation rules move around: adverbs go to just
-#   before the verb in the target. The default model adds an object->verb head (layer 3 head 1), its strongest:
-#   82.0 vs 38.6, +43 points, near the paper's 73-84. (The numbers are from the model of the cold full
-#   `python -m minihead reproduce` run, 2 BLAS threads. Default models trained in earlier sessions had the same two
-#   relations, with this head at 79.6 in one and only 49.6 in another.) For `nsubj` and `amod` no head comes close to the
-#   baseline, which is high in this language (the subject is right before its verb in most sentences; the same
-#   baseline on English UD EWT dev is 0.365).
-# * **Rare-word head: not found.** The first layer's best head points to the rarest word more often than chance,
-#   but below 3 times chance, far from the paper's 66%. The rare nouns and names of the synthetic language are
-#   translated (or copied) one for one, so the decoder's cross-attention can find them without an encoder head
-#   that gathers them.
-# * **Importance:** with only two or three specialised heads in either model, the overlay of section 4 cannot show
-#   the paper's pattern clearly. In the quick model the mean relevance of the specialised heads is close to the
-#   others'; in the default model it is somewhat higher (0.28 against 0.25 on 500 dev pairs; three syntactic heads:
-#   2.1 and 5.0 verb->adverb, 3.1 object->verb) and one of them (5.0) is the most relevant head of its layer, a hint
-#   of the paper's observation from three heads, not a finding.
-#   It is printed, not asserted.
-#
-# The cell below prints each claim of the paper beside what this run measured and asserts the measured outcome per
-# scale (`quick`: the 3-layer model of the tests; `default`: the 6-layer model of the chapters). If a retrained
-# model changes any outcome, in either direction, the cell fails and this text needs revisiting.
+# The language of `data_small/` is built so that translating it *needs* each function: the sandhi ending of a word
+# is set by the next source word (a +1 positional need), the subject and object particles and the adverb suffix by
+# the verb's hidden class (nsubj, obj and advmod, dependent -> verb), an adjective's gender suffix by its noun (amod).
+# Whether the model meets these needs with heads of the paper's kind is what this section measures. The verdicts
+# come from `minihead/findings.py`, which holds the paper's criteria (90% of the queries where the offset exists
+# and confidence > 0.8; 10 points over the best fixed offset; 3 x chance on the rarest word), so no threshold is
+# retyped here. The next cell prints each claim beside this run's numbers, and then what they mean, in words.
+# (Numbers of the default model quoted in earlier versions of this chapter were measured on the previous language,
+# before its translation needed these functions, and are not repeated here.)
 
 # %%
-scale = "quick" if QUICK else "default"
-margins = {k: float(host(report.acc[k] - report.baseline[k]).max()) for k in report.acc}
-best_key = max(margins, key=margins.get)
-rare_ratio = float(r1.max() / report.rare.chance_rarest)
-found = {"positional": bool(report.positional),
-         "syntactic": any(bool(v) for v in report.syntactic.values()),
-         "rare": rare_ratio >= 3.0}
-claims = {
-    "positional": ("sec. 5.1: heads with >= 90% of their argmax at -1 or +1",
-                   f"best share {sh[best_pos].max():.2f} (layer {best_pos[0]} head {best_pos[1]})"),
-    "syntactic": ("sec. 5.2: heads >= 10 points above the best fixed offset",
-                  f"best margin {100 * margins[best_key]:+.1f} points ({roles.DIRECTION_NAMES[best_key]})"),
-    "rare": ("sec. 5.3: a first-layer head on the rarest word (66%), >= 3 x chance",
-             f"{100 * r1.max():.1f}% = {rare_ratio:.1f} x chance"),
-}
-for k, (claim, ours) in claims.items():
-    print(f"{k:10s} paper {claim:68s} | ours: {ours} -> {'reproduced' if found[k] else 'NOT reproduced'}")
+from minihead import findings
 
-# What this project measured at each scale (see the text above), and which (relation, direction) have a
-# syntactic head.
-# At quick scale the syntactic finding is borderline (+17 points on one CPU, +8.4 on another; see the text), so
-# it is not part of MEASURED there; the (relation, direction) pairs that may have a syntactic head are.
-MEASURED = {"quick": {"positional": False, "rare": False},
-            "default": {"positional": False, "syntactic": True, "rare": False}}
-SYNTACTIC = {"quick": {("advmod", "head->dep"), ("advmod", "dep->head")},
-             "default": {("advmod", "head->dep"), ("obj", "dep->head")}}
-assert {k: found[k] for k in MEASURED[scale]} == MEASURED[scale], (scale, found, MEASURED[scale])
-with_head = {k for k, v in report.syntactic.items() if v}
-assert (with_head <= SYNTACTIC[scale]) if scale == "quick" else (with_head == SYNTACTIC[scale]), report.syntactic
-# Paper: every positional head is confident (> 0.8) -- checked on whatever positional heads were found.
-assert all(float(report.confidence[lh]) > 0.8 for lh in report.positional), report.positional
-# The best syntactic head: verb->adverb, at least 5 points above the baseline (quick); object->verb, clearly
-# past the 10-point line (default).
-BEST = {"quick": (("advmod", "head->dep"), 0.05), "default": (("obj", "dep->head"), 0.15)}
-assert best_key == BEST[scale][0] and margins[best_key] >= BEST[scale][1], (best_key, margins[best_key])
-print(f"findings as measured at the {scale} scale")
+scale = "quick" if QUICK else "default"
+v_pos, v_syn, v_rare = findings.positional(report), findings.syntactic(report), findings.rare_word(report)
+best_rel, best_dir, best_margin = max(v_syn.best_margins, key=lambda m: m[2])
+claims = {
+    "positional": ("sec. 5.1: >= 90% of argmaxes on -1 or +1, confidence > 0.8",
+                   f"best share {v_pos.share:.2f} at {v_pos.offset:+d} (layer {v_pos.head[0]} head {v_pos.head[1]}; "
+                   f"{v_pos.share_all:.2f} of all queries), confidence {v_pos.confidence:.2f}", v_pos.held),
+    "syntactic": ("sec. 5.2: >= 10 points above the best fixed offset",
+                  f"best margin {100 * best_margin:+.1f} points ({best_rel}, {roles.DIRECTION_NAMES[best_rel, best_dir]})",
+                  v_syn.held),
+    "rare": ("sec. 5.3: a head on the rarest word (66%), >= 3 x chance",
+             f"{100 * v_rare.share:.1f}% = {v_rare.share / v_rare.chance:.1f} x chance (layer {v_rare.head[0]} "
+             f"head {v_rare.head[1]})", v_rare.held),
+}
+for k, (claim, ours, held) in claims.items():
+    print(f"{k:10s} paper {claim:62s} | ours: {ours} -> {'reproduced' if held else 'NOT reproduced'}")
+print("relations with a syntactic head:", v_syn.relations_held or "none", "| per relation, best margin:",
+      ", ".join(f"{r} {100 * m:+.1f}" for r, _, m in v_syn.best_margins))
+
+print(f"\nIn words: the {scale} model (best dev BLEU {max(h['dev_bleu'] for h in study.history):.1f}) "
+      + ("has positional heads " + str(v_pos.heads) if v_pos.held else
+         f"has no positional head: its best head puts {100 * v_pos.share:.0f}% of its argmaxes on offset "
+         f"{v_pos.offset:+d}, far from the 90% line, although the sandhi endings need the next word")
+      + "; " + ("syntactic heads for " + ", ".join(v_syn.relations_held) if v_syn.held else
+                f"no syntactic head: the best head of every relation stays below the fixed-offset baseline "
+                f"(best margin {100 * best_margin:+.1f} points, {best_rel}), so the class particles and the "
+                "gender agreement are not carried by a head that attends to the verb or the noun")
+      + "; and " + (f"a rare-word head ({100 * v_rare.share:.1f}%)" if v_rare.held else
+                    f"no rare-word head ({100 * v_rare.share:.1f}% on the rarest word, "
+                    f"{v_rare.share / v_rare.chance:.1f} x chance, below 3 x)")
+      + ". With no specialised head the overlay of section 4 cannot show the paper's pattern (specialised heads "
+        f"are the relevant ones): {len(special)} specialised heads.")
+
+# Asserted where the outcome is far from its line (a retrained model that changes it must revisit this text):
+# every positional head found is confident (the paper's observation), whatever the scale.
+assert all(float(report.confidence[lh]) > findings.POSITIONAL_CONFIDENCE for lh in report.positional), report.positional
+if scale == "quick":
+    # quick model: no positional head, the best share far below the line (< 0.5 of the queries);
+    # no syntactic head, every relation's best head below its baseline (margin < 0, the line is +10);
+    # no rare-word head (below 2.5 x chance; the line is 3 x)
+    assert not v_pos.held and v_pos.share < 0.5, v_pos
+    assert not v_syn.held and best_margin < 0, v_syn.best_margins
+    assert not v_rare.held and v_rare.share < 2.5 * v_rare.chance, v_rare
+print(f"checks hold at the {scale} scale")
 
 # %% [markdown]
 # The same analysis runs on any checkpoint and treebank from the command line, for example on real English with a
 # model trained on BPE-segmented Multi30k (the word frequencies for the rare-word table come from the word-tokenized
 # training source):
 #
-#     python -m minihead roles runs/quick/best.npz                       # data_small dev trees, figures in runs/quick/roles/
+#     python -m minihead roles runs/quick-t1-<data hash>/best.npz        # data_small dev trees, figures in its roles/
 #     python -m minihead roles MODEL.npz --conllu ../shared/realdata/ud_en_ewt/dev.conllu --bpe codes.txt --train-src train.tok.en
