@@ -77,6 +77,8 @@ def torch_step_fn(cfg):
     import math
     import torch
     import torch.nn.functional as F
+    if blas_threads():
+        torch.set_num_threads(blas_threads())        # the same thread count as NumPy's BLAS
     torch.manual_seed(0)
     d, H, V = cfg.d_model, cfg.n_heads, cfg.vocab_size
 
