@@ -19,8 +19,9 @@
 #    agree;
 # 4. ends with the paper's findings asserted as this run measured them.
 #
-# The rules live in `minihead/lrp.py` (one small named function each, in the registry `RULES`), the importance
-# measures in `minihead/importance.py`; `tests/test_lrp.py` and `tests/test_importance.py` are their
+# The rules live in `minihead/lrp_rules.py` (one small named function each, in the registry `RULES`, re-exported by
+# `minihead/lrp.py`, which runs the propagation), their slow textbook twins in `minihead/lrp_reference.py`, the
+# importance measures in `minihead/importance.py`; `tests/test_lrp.py` and `tests/test_importance.py` are their
 # specification, and section 2 repeats their central checks where you can see them.
 
 # %%
@@ -52,26 +53,33 @@ host = backend.to_host                   # arrays go to the host only for printi
 # position. That relevance is then handed down through the decoder, over the decoder-encoder attention into the
 # encoder, and down to the source and target embeddings.
 #
-# **The linear rule.** For a linear layer $z_j = \sum_i x_i w_{ij} + b_j$ with contributions $z_{ij} = x_i w_{ij}$,
-# each output's relevance is split in proportion to the contributions (the *z-rule* of Ding et al. 2017, LRP-0 of
-# Bach et al. 2015; $\epsilon > 0$ only keeps $z_j$ away from zero):
+# **The linear rule, the paper's (the default).** For a linear layer $z_j = \sum_i x_i w_{ij} + b_j$ with
+# contributions $z_{ij} = x_i w_{ij}$, each output's relevance is split in proportion to the contributions of its
+# inputs, the bias not being one of them (the weight-ratio *z-rule* of Ding et al. 2017, Voita et al. appendix A;
+# `linear="z"`):
 #
-# $$R_i = \sum_j \frac{z_{ij}}{z_j + \epsilon\,\mathrm{sign}(z_j)}\, R_j .$$
+# $$R_i = \sum_j \frac{z_{ij}}{\sum_{i'} z_{i'j}}\, R_j .$$
 #
-# Summing over $i$: $\sum_i R_i = \sum_j R_j\,(z_j - b_j)/(z_j + \epsilon\,\mathrm{sign}\,z_j)$. With $b = 0$ and
-# $\epsilon = 0$ the total is **conserved**; a bias keeps its share $b_j / z_j$ of $R_j$, and that share is lost.
-# The rule is signed: a contribution against the output's sign gets negative relevance, and near-cancelling
-# contributions (small $z_j$) get large ones of both signs.
+# Summing over $i$, $\sum_i R_i = \sum_j R_j$: the total is **conserved**, biases or not. The rule is signed: a
+# contribution against the output's sign gets negative relevance, and near-cancelling contributions (small
+# $\sum_{i'} z_{i'j}$) get large ones of both signs.
 #
-# **The alpha-beta rule** (Bach et al. 2015; the paper's released code uses it) normalises the positive and the
-# negative contributions apart, $z^+_j = \sum_i \max(z_{ij}, 0) + \max(b_j, 0)$ and $z^-_j$ likewise with $\min$:
+# **The epsilon rule** (LRP-$\epsilon$, Bach et al. 2015; `linear="epsilon"`) puts the bias in the denominator,
+# $R_i = \sum_j z_{ij} R_j / (z_j + \epsilon\,\mathrm{sign}(z_j))$, so $\sum_i R_i = \sum_j R_j\,(z_j - b_j)/(z_j +
+# \epsilon\,\mathrm{sign}\,z_j)$: with $b = 0$ and $\epsilon = 0$ it is the z-rule; a bias keeps its share
+# $b_j / z_j$ of $R_j$, and that share is lost. It is kept for comparison.
+#
+# **The alpha-beta rule** (Bach et al. 2015; `linear="alphabeta"`) normalises the positive and the negative
+# contributions apart, $z^+_j = \sum_i \max(z_{ij}, 0) + \max(b_j, 0)$ and $z^-_j$ likewise with $\min$:
 #
 # $$R_i = \sum_j \Big(\alpha\,\frac{z^+_{ij}}{z^+_j} + \beta\,\frac{z^-_{ij}}{z^-_j}\Big) R_j ,
 # \qquad \alpha = \beta = \tfrac12\ (\text{"sum" convention},\ \alpha + \beta = 1).$$
 #
-# Every transition weight is $\ge 0$, so positive relevance stays positive and head shares lie in $[0, 1]$.
-# (Bach et al.'s own convention subtracts the negative part, $\alpha - \beta = 1$.) `minihead.importance` uses this
-# family by default: on a trained model the signed rule can put large cancelling relevances on heads.
+# Every transition weight is $\ge 0$, so positive relevance stays positive. **The official code's variant**
+# (`linear="official"`, the paper's released code) is this rule on impacts $z_{ij} = x_i w_{ij} + b_j / d_{in}$ (the
+# bias spread over the inputs), each row then rescaled so that $\sum_i |R_i| = \sum_j |R_j|$; its LayerNorm and
+# attention rules follow the true Jacobians (relevance reaches queries and keys too). It conserves, and every head
+# share lies in $[0, 1]$.
 #
 # **The other operations of a Transformer layer:**
 #
@@ -92,21 +100,26 @@ host = backend.to_host                   # arrays go to the host only for printi
 #   of its $d$ input neurons (shared with the positional encoding by the residual rule).
 #
 # **Head relevance.** The relevance of head $h$ in a layer is the summed relevance of its output neurons $Z_h$
-# (before $W^O$), normalised over the heads of the layer and averaged over all target positions of the data:
+# (before $W^O$), normalised over the heads of the layer per prediction and averaged over all target positions of
+# the data (appendix A.3):
 #
 # $$\mathrm{rel}(h) = \frac{1}{N} \sum_{\text{positions } t} \frac{R^{(t)}(Z_h)}{\sum_{h'} R^{(t)}(Z_{h'})} .$$
 #
-# The paper-exact version runs one backward pass per starting position $t$; `head_relevance(per_position=False)`
-# (the default, one pass per batch) starts all positions at once and normalises the summed relevance. Section 3
-# checks that the two agree on the trained model.
+# `head_relevance` does exactly this by default: one backward pass per starting position $t$. Under the signed
+# z-rule the denominator can nearly cancel, so a share can lie far outside $[0, 1]$; `normalise="abs"` gives the
+# **magnitude shares** $|R^{(t)}(Z_h)| / \sum_{h'} |R^{(t)}(Z_{h'})|$ instead (equal to the signed ones wherever
+# relevance is nonnegative, as under the official variant). `per_position=False` (one pass per batch, all positions
+# started at once, the summed relevance normalised) is cheaper but not the paper's; section 3 compares the two.
 
 # %% [markdown]
 # ## 2. The rules, checked live
 #
 # Each fast rule of `minihead.lrp` is vectorised (no loop over neurons); below each one is written again as the
 # textbook double sum over $i$ and $j$, on a few random numbers in float64, and the two must agree to round-off.
+# The z-rule's and the official variant's twins are the project's own, `minihead.lrp_reference` (the ones
+# `tests/test_lrp.py` uses); the epsilon and alpha-beta twins are written out here.
 #
-# ### 2.1 Linear layer: epsilon and alpha-beta
+# ### 2.1 Linear layer: the z-rule, the official variant, epsilon and alpha-beta
 
 # %%
 x = f64(gen.normal(size=(3, 5)))           # (N, din)
@@ -133,17 +146,21 @@ def slow_alphabeta(x, W, b, R, alpha, beta):
             out[n, i] += (beta * min(zij[i], 0) / zn if zn else 0.0) * R[n, j]
     return out
 
-errs = {}
+from minihead import lrp_reference
+
+errs = {"z-rule": float(xp.abs(lrp.linear_z(x, W, b, None, R) - lrp_reference.slow_linear_z(x, W, R)).max()),
+        "official": float(xp.abs(lrp.linear_official(x, W, b, None, R)
+                                 - lrp_reference.slow_linear_official(x, W, b, R)).max())}
 for eps in (0.0, 1e-2):
     errs[f"epsilon, eps={eps:g}"] = float(xp.abs(lrp.linear_epsilon(x, W, b, None, R, eps) - slow_epsilon(x, W, b, R, eps)).max())
 errs["alpha-beta 0.5/0.5"] = float(xp.abs(lrp.linear_alphabeta(x, W, b, None, R, 0.5, 0.5, eps=0.0, fallback=False)
                                      - slow_alphabeta(x, W, b, R, 0.5, 0.5)).max())
 for k, e in errs.items():
     print(f"linear {k:22s} fast vs loops: max |difference| = {e:.1e}")
-R_in = lrp.linear_epsilon(x, W, 0 * b, None, R, 0.0)
-print(f"bias-free z-rule: sum R_in = {float(R_in.sum()):+.6f}, sum R_out = {float(R.sum()):+.6f}")
+R_in = lrp.linear_z(x, W, b, None, R)
+print(f"z-rule, with the bias:       sum R_in = {float(R_in.sum()):+.6f}, sum R_out = {float(R.sum()):+.6f}")
 R_in_b = lrp.linear_epsilon(x, W, b, None, R, 0.0)
-print(f"with the bias:    sum R_in = {float(R_in_b.sum()):+.6f} (the bias kept the rest)")
+print(f"epsilon rule, with the bias: sum R_in = {float(R_in_b.sum()):+.6f} (the bias kept the rest)")
 
 # %% [markdown]
 # ### 2.2 Residual and LayerNorm
@@ -220,7 +237,8 @@ print(f"full rule:        fast vs loops {errs['attention, full']:.1e}; "
 # A tiny float64 model (2 + 2 layers, 2 heads, $d = 8$) with random LayerNorm gains and **every bias and LayerNorm
 # beta zero**: the total relevance after every stage of the backward pass must equal the number of real target
 # positions of the sentence (one per position), down to the embeddings. Then the same model with random biases:
-# each bias keeps its share, and the total drifts.
+# the z-rule (bias not an input) and the official variant (bias spread over the inputs, rows rescaled) still
+# conserve; under epsilon and alpha-beta each bias keeps its share, and the total drifts.
 
 # %%
 tiny = model.Config(vocab_size=20, n_enc_layers=2, n_dec_layers=2, n_heads=2, d_model=8, d_ff=16,
@@ -235,14 +253,18 @@ theta_b = {k: (v + f64(gen.normal(0, 0.1, v.shape)) if k.split(".")[-1] in BIAS_
 tb = make_batch([[5, 6, 7, 8], [9, 10, 11]], [[12, 13, 14], [15, 16, 17, 18, 19]], [0, 1])   # padded pair
 n_real = tb.tgt_mask.sum(1).astype("float64")       # (B,) starting relevance per sentence
 
-runs = {"bias-free, epsilon (eps=0)": lrp.relevance(theta, tiny, tb, eps=0.0),
+runs = {"bias-free, epsilon (eps=0)": lrp.relevance(theta, tiny, tb, linear="epsilon", eps=0.0),
         "bias-free, alpha-beta": lrp.relevance(theta, tiny, tb, linear="alphabeta", eps=0.0),
-        "bias-free, full attention": lrp.relevance(theta, tiny, tb, eps=0.0, attention="full"),
-        "with biases, epsilon": lrp.relevance(theta_b, tiny, tb, eps=0.0),
-        "with biases, alpha-beta": lrp.relevance(theta_b, tiny, tb, linear="alphabeta", eps=0.0)}
+        "bias-free, full attention": lrp.relevance(theta, tiny, tb, linear="epsilon", eps=0.0, attention="full"),
+        "with biases, epsilon": lrp.relevance(theta_b, tiny, tb, linear="epsilon", eps=0.0),
+        "with biases, alpha-beta": lrp.relevance(theta_b, tiny, tb, linear="alphabeta", eps=0.0),
+        "with biases, z-rule": lrp.relevance(theta_b, tiny, tb, linear="z"),
+        "with biases, z-rule, full attention": lrp.relevance(theta_b, tiny, tb, linear="z", attention="full"),
+        "with biases, official": lrp.relevance(theta_b, tiny, tb, linear="official")}
+CONSERVING = ("with biases, z-rule", "with biases, z-rule, full attention", "with biases, official")
 drift = {name: max(float(xp.abs(t / n_real - 1).max()) for t in r.totals.values()) for name, r in runs.items()}
 for name, dv in drift.items():
-    print(f"{name:28s} largest |total / start - 1| over {len(runs[name].totals)} stages: {dv:.1e}")
+    print(f"{name:36s} largest |total / start - 1| over {len(runs[name].totals)} stages: {dv:.1e}")
 
 stages = list(runs["bias-free, epsilon (eps=0)"].totals)
 fig, ax = plt.subplots(figsize=(10, 3))
@@ -257,9 +279,10 @@ plt.show()
 
 # %% [markdown]
 # The bias-free runs stay at 1 to round-off at every stage, for all three rule choices (their three lines lie on
-# top of each other). With biases the two families leak differently: under alpha-beta every transition weight is
-# $\ge 0$ and a bias only ever takes a share, so the total can only fall; under the signed epsilon rule a bias of
-# the opposite sign to its output takes a *negative* share, and the total can rise above the start as well.
+# top of each other), and so do the z-rule and the official variant with biases. Epsilon and alpha-beta leak with
+# biases, differently: under alpha-beta every transition weight is $\ge 0$ and a bias only ever takes a share, so
+# the total can only fall; under the signed epsilon rule a bias of the opposite sign to its output takes a
+# *negative* share, and the total can rise above the start as well.
 # Bias-free, the heads of each layer also split exactly the relevance of their attention sublayer (without $b^O$,
 # $W^O$ loses nothing):
 
@@ -306,7 +329,9 @@ print(f"LRP-0 vs gradient x input: max |difference| = {err_gxi:.1e}; "
 # The study model of chapter 1 (`load_study`, cached in `runs/`). `minihead.reproduce.importance_stage` computes,
 # and caches next to the checkpoint (shared with `python -m minihead reproduce`):
 #
-# * **relevance**: `head_relevance` on the first dev pairs (alpha-beta rule, weights held constant in attention);
+# * **relevance**: `head_relevance` on the first dev pairs, the paper's z-rule per prediction (weights held constant
+#   in attention), as signed shares (`relevance`) and as magnitude shares (`relevance_abs`); and the official
+#   code's variant (`relevance_official`, full attention) on the first 150 of them;
 # * **confidence**: `head_confidence`, the mean over query tokens of the head's largest attention weight, EOS left
 #   out on both sides;
 # * **Michel et al. (2019)**: $I_h = \mathbb{E}_x\,|\partial L(x) / \partial \xi_h|$ at head gates $\xi = 1$, each
@@ -327,7 +352,10 @@ study = load_study(S_["study"], progress=False)
 cfg = study.cfg
 imp = importance_stage(study, S_["n_dev"], S_["n_ablation"])
 KINDS = importance.KINDS
-rel, conf, mich = ({k: xp.asarray(imp[m][k]) for k in KINDS} for m in ("relevance", "confidence", "michel"))
+# rel: the z-rule's magnitude shares (the ranking this chapter uses); rel_signed: its signed shares; rel_off: the
+# official variant's shares (nonnegative, so signed = magnitude)
+rel, rel_signed, rel_off, conf, mich = ({k: xp.asarray(imp[m][k]) for k in KINDS} for m in
+                                        ("relevance_abs", "relevance", "relevance_official", "confidence", "michel"))
 abl = {k: xp.asarray(v) for k, v in imp["ablation"].items()}            # encoder heads only
 print(f"{study.name}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_heads} heads; relevance, confidence, "
       f"Michel on {S_['n_dev']} dev pairs, ablation on {S_['n_ablation']} ({'read from cache' if imp['cached'] else 'computed now'})")
@@ -335,8 +363,8 @@ print(f"{study.name}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_head
 # %% [markdown]
 # ### 3.1 Relevance beside confidence (the paper's Figure 1)
 #
-# One row per layer, the heads of each row sorted by relevance (the label under each value is the head's index);
-# the confidence panel shows the same heads in the same order. In the paper's Figure 1 (6 layers x 8 heads) one or
+# One row per layer, the heads of each row sorted by relevance (z-rule, magnitude shares; the label under each value
+# is the head's index); the confidence panel shows the same heads in the same order. In the paper's Figure 1 (6 layers x 8 heads) one or
 # two heads of each layer stand out in relevance, and they are mostly the confident ones.
 
 # %%
@@ -377,6 +405,10 @@ plt.show()
 #
 # *Concentration*: the share of each layer's relevance carried by its top quarter of heads (`top_quarter_share`,
 # the top $\lceil H/4 \rceil$ heads); 0.25 if all heads were equally relevant, 1 if one quarter took everything.
+# It is computed on the z-rule's **magnitude** shares, with the official variant's beside it. The signed z-rule
+# shares are not used for it: within a layer the heads' signed relevances nearly cancel at many predictions, so the
+# per-prediction shares reach far outside $[0, 1]$ (printed below) and "the share of the top quarter" stops meaning
+# a share of anything.
 #
 # *Agreement*: Spearman's $\rho$ between two scores over all heads of the encoder (`rank_agreement`). With 12 or 24
 # heads a small $\rho$ can arise by chance, so beside each $\rho$ we print a permutation p-value: the fraction of
@@ -391,15 +423,22 @@ def perm_pvalue(a, b, n_perm=20000, seed=0):
     return float((rho_perm >= importance.rank_agreement(a, b) - 1e-12).mean())
 
 share = {k: host(importance.top_quarter_share(rel[k])) for k in KINDS}
+share_off = {k: host(importance.top_quarter_share(rel_off[k])) for k in KINDS}
 print(f"top-quarter share of relevance per layer (top {math.ceil(cfg.n_heads / 4)} of {cfg.n_heads} heads; uniform 0.25)")
 for k in KINDS:
-    print(f"  {TITLES[k]:28s} " + "  ".join(f"{s:.3f}" for s in share[k]) + f"   mean {share[k].mean():.3f}")
+    print(f"  {TITLES[k]:28s} z-rule, magnitude " + "  ".join(f"{s:.3f}" for s in share[k])
+          + f"   mean {share[k].mean():.3f}")
+    print(f"  {'':28s} official variant  " + "  ".join(f"{s:.3f}" for s in share_off[k])
+          + f"   mean {share_off[k].mean():.3f}")
+print("signed z-rule shares (mean over predictions), encoder: from "
+      f"{float(rel_signed['enc'].min()):+.2f} to {float(rel_signed['enc'].max()):+.2f}")
 
 PAIRS = [("relevance", "confidence", "enc"), ("relevance", "ablation", "enc"), ("confidence", "ablation", "enc"),
+         ("official", "confidence", "enc"), ("official", "ablation", "enc"), ("relevance", "official", "enc"),
          ("Michel", "ablation", "enc"), ("relevance", "Michel", "enc"),
          ("relevance", "confidence", "dec_self"), ("relevance", "Michel", "dec_self"),
          ("relevance", "confidence", "dec_enc"), ("relevance", "Michel", "dec_enc")]
-SCORE = {"relevance": rel, "confidence": conf, "Michel": mich, "ablation": abl}
+SCORE = {"relevance": rel, "official": rel_off, "confidence": conf, "Michel": mich, "ablation": abl}
 rho, pval = {}, {}
 print(f"\n| {'scores':24s} | {'heads':25s} | Spearman rho | p (permutation) |\n|{'-' * 26}|{'-' * 27}|{'-' * 14}|{'-' * 17}|")
 for a, b_, k in PAIRS:
@@ -411,44 +450,45 @@ for a, b_, k in PAIRS:
 # %% [markdown]
 # ### 3.4 Two checks of the method on the trained model
 #
-# **Per-position vs summed normalisation.** The cached relevance starts all target positions at once and normalises
-# the sum. On a few dev sentences we run the paper-exact version (one start per position, normalised per position,
-# then averaged) and compare; the final cell asserts that no share differs by 0.02 or more and that the encoder
-# rankings agree ($\rho > 0.9$).
+# **Per-position vs summed normalisation.** The cached relevance is the paper's: one start per position, normalised
+# per position, then averaged. The cheap version starts all target positions at once and normalises the sum. On a
+# few dev sentences we compare the two under the official variant, whose relevance is nonnegative; the final cell
+# asserts that no share differs by 0.02 or more and that the encoder rankings agree ($\rho > 0.9$). Under the signed
+# z-rule the two are different quantities (a per-prediction share can cancel to a huge value that the sum
+# averages away), so the cheap version is no stand-in there.
 #
-# **Which rule.** The same measurement with the signed epsilon rule (Ding et al. 2017's z-rule, up to the
-# stabiliser). It is a different method, not a noisier copy: it is printed to show how much the concentration
-# depends on the rule.
+# **Which rule.** The z-rule's magnitude shares and the official variant's come from different rules, not noisier
+# copies of one: printed above (concentration) and here (their rank agreement).
 #
-# **Conservation on the trained model.** The trained model has biases, so neither rule conserves exactly; the plot
-# shows how much of the starting relevance is alive after each stage, averaged over a few sentences.
+# **Conservation on the trained model.** The trained model has biases; the z-rule and the official variant conserve
+# all the same (section 2.4). The plot shows how much of the starting relevance is alive after each stage, averaged
+# over a few sentences.
 
 # %%
 v = study.vocab
 dev_src, dev_tgt = study.splits["dev"]
 n_pp = 24 if QUICK else 60
 few = list(batches([v.encode(s) for s in dev_src[:n_pp]], [v.encode(t) for t in dev_tgt[:n_pp]], 3000))
-exact = importance.head_relevance(study.params, cfg, few, per_position=True)
-summed = importance.head_relevance(study.params, cfg, few)
+exact = importance.head_relevance(study.params, cfg, few, linear="official")                      # per prediction
+summed = importance.head_relevance(study.params, cfg, few, linear="official", per_position=False)  # one pass
 pp_diff = max(float(xp.abs(exact[k] - summed[k]).max()) for k in KINDS)
 pp_rho = importance.rank_agreement(exact["enc"], summed["enc"])
-print(f"{n_pp} dev sentences: per-position vs summed head relevance, max |difference| {pp_diff:.4f}, "
-      f"Spearman rho (encoder) {pp_rho:+.3f}")
+print(f"{n_pp} dev sentences, official variant: per-position vs summed head relevance, max |difference| "
+      f"{pp_diff:.4f}, Spearman rho (encoder) {pp_rho:+.3f}")
 
-n_eps = 150 if QUICK else 300
-eps_batches = list(batches([v.encode(s) for s in dev_src[:n_eps]], [v.encode(t) for t in dev_tgt[:n_eps]], 3000))
-rel_eps = importance.head_relevance(study.params, cfg, eps_batches, linear="epsilon")
-share_eps = host(importance.top_quarter_share(rel_eps["enc"]))
-rho_rules = importance.rank_agreement(rel_eps["enc"], rel["enc"])
-print(f"epsilon rule on {n_eps} dev pairs, encoder: smallest share {float(rel_eps['enc'].min()):+.3f}, "
-      f"top-quarter share per layer " + "  ".join(f"{s:.3f}" for s in share_eps) + f"  (mean {share_eps.mean():.3f}); "
-      f"rho with the alpha-beta relevance {rho_rules:+.3f}")
+share_rules = (float(share["enc"].mean()), float(share_off["enc"].mean()))
+rho_rules = importance.rank_agreement(rel_off["enc"], rel["enc"])
+print(f"encoder, mean top-quarter share: z-rule magnitude {share_rules[0]:.3f}, official {share_rules[1]:.3f}; "
+      f"Spearman rho between the two rules' rankings {rho_rules:+.3f}")
 
 b8 = make_batch([v.encode(s) for s in dev_src[:8]], [v.encode(t) for t in dev_tgt[:8]], list(range(8)))
+alive = {}                                  # rule -> largest |total / start - 1| over stages and sentences
 fig, ax = plt.subplots(figsize=(10, 3))
-for name, opts in (("epsilon", {"linear": "epsilon"}), ("alpha-beta", {"linear": "alphabeta"})):
+for name, opts in (("z-rule", {"linear": "z"}), ("official", {"linear": "official"}),
+                   ("epsilon", {"linear": "epsilon"})):
     rr = lrp.relevance(study.params, cfg, b8, **opts)
     names = list(rr.totals)
+    alive[name] = max(float(xp.abs(rr.totals[s] / rr.n_start - 1).max()) for s in names)
     ax.plot(range(len(names)), [float((rr.totals[s] / rr.n_start).mean()) for s in names], "o-", ms=3, label=name)
 ax.axhline(1.0, c="gray", ls="--")
 ax.set_xticks(range(len(names)))
@@ -458,86 +498,80 @@ ax.legend()
 plt.tight_layout()
 plt.show()
 
-# %% [markdown]
-# In quick mode (24 sentences) the two normalisations differ by less than 0.01 in every share and rank the encoder
-# heads identically, so the cheap summed version is a fair stand-in. The trained model leaks in the way section 2.4
-# predicts: under alpha-beta about a quarter of the relevance is held by biases before it reaches the embeddings,
-# under epsilon the total ends somewhat above the start. The head shares are normalised per layer, so a leak changes
-# them only through what each head receives, not through the overall scale.
+# %%
+print(f"On {n_pp} sentences the two normalisations of the official variant differ by at most {pp_diff:.3f} in any "
+      f"share and rank the encoder heads with rho = {pp_rho:+.2f}. On the trained model (biases on) the total "
+      "relevance stays within " + ", ".join(f"{alive[n]:.1e} ({n})" for n in ("z-rule", "official"))
+      + f" of the start at every stage, while the epsilon rule drifts by up to {alive['epsilon']:.2f}: the z-rule "
+      "and the official variant conserve whatever the biases, as section 2.4 showed on the tiny model.")
 
 # %% [markdown]
 # ## 4. What reproduced
 #
-# The paper's two claims about importance, and the criteria this chapter asserts:
+# The paper's two claims about importance, and the criteria this chapter uses:
 #
 # * **A few heads carry most of the relevance** in each layer. Criterion: the mean over encoder layers of the
-#   top-quarter share is at least $0.25 + 0.10 = 0.35$ (uniform heads give 0.25; "most" would be 0.5). Per layer the
-#   share is printed, not asserted.
+#   top-quarter share is at least $0.25 + 0.10 = 0.35$ (uniform heads give 0.25; "most" would be 0.5), on the
+#   z-rule's magnitude shares; the official variant's is printed beside it.
 # * **The measures agree**: relevance, confidence and the ablation BLEU drop rank the encoder heads alike.
 #   Criterion: Spearman $\rho > 0$ for each of the three pairs.
 #
-# **At the quick scale (3 + 3 layers x 4 heads) the first claim does not hold.** The alpha-beta relevance is
-# nearly flat: the most relevant head of each encoder layer carries 0.28-0.29 of the layer's relevance (mean
-# 0.284), the others 0.21-0.26; no head stands out the way one or two heads per layer do in the paper's Figure 1. With
-# the signed epsilon rule the shares spread further (section 3.4: mean top-quarter share about 0.38, one last-layer
-# head above 0.5), so part of the flatness is plausibly the rule's (alpha-beta with $\alpha=\beta=\frac12$ hands
-# half of every output's relevance to its negative contributions, whatever their size). But the two rules do not
-# even agree on *which* heads are relevant (Spearman $\rho \approx -0.17$ between them over the 12 encoder heads),
-# so no rule-independent "few dominant heads" can be read off this model. The asserted measurement is the
-# project's default rule, the one the cache holds. A 4-head
-# model trained on a synthetic language with short sentences may also simply not need to specialise heads.
-#
-# **The second claim holds, weakly.** All three $\rho$ are positive: relevance and confidence agree best (about 0.5),
-# relevance and ablation less (about 0.2), confidence and ablation barely (about 0.06). With 12 heads only the first
-# comes near significance (see the permutation p-values), and the ablation BLEU drops on 150 sentences are of the
-# size of their noise (several are negative). Michel et al.'s gradient score agrees with relevance but not with the
-# ablation here.
-#
-# **At the full scale (6 + 6 layers x 4 heads, the `default` model of `python -m minihead reproduce`) the picture
-# is the same**, measured on the model of the cold full run (2 BLAS threads): mean top-quarter share 0.338 (per
-# layer 0.283, 0.327, 0.385, 0.348, 0.294, 0.390), below the 0.35 criterion, so the first claim does not reproduce
-# there either, though three layers reach it; the agreements are stronger: relevance~confidence $\rho = +0.56$
-# (p = 0.003), relevance~ablation $+0.62$ (p = 0.001), confidence~ablation $+0.57$ (p = 0.003). The epsilon rule
-# again concentrates more (mean share 0.58) and ranks the heads differently ($\rho = +0.41$ with alpha-beta). (A
-# default model trained in an earlier session had a mean share of 0.324 and weaker agreements, +0.56 / +0.37 /
-# +0.24: the outcomes held, the numbers moved.)
-#
-# The cell below prints each claim beside what this run measured and asserts the measured outcome at each scale,
-# with the paper's claim beside it. A retrained model that changes an outcome in either direction fails the cell,
-# and this section then needs revisiting.
+# The next cell prints what this run measured, in words. With 12 (quick) or 24 (default) heads a rank correlation
+# of a few tenths can arise by chance (see the permutation p-values), so the agreements are printed, not asserted,
+# except where they are far from 0. The numbers of the default model quoted in earlier versions of this chapter
+# were measured on the previous language (before the language whose translation needs the head functions) and under
+# the earlier alpha-beta rule, and are not repeated here.
 
 # %%
 enc_share = float(share["enc"].mean())
+enc_share_off = float(share_off["enc"].mean())
 CRIT = 0.25 + 0.10
+AGREE = (("relevance ~ confidence", ("relevance", "confidence")),
+         ("relevance ~ ablation", ("relevance", "ablation")),
+         ("confidence ~ ablation", ("confidence", "ablation")))
 found = {"few heads carry most relevance": enc_share >= CRIT,
-         "relevance ~ confidence": rho[("relevance", "confidence", "enc")] > 0,
-         "relevance ~ ablation": rho[("relevance", "ablation", "enc")] > 0,
-         "confidence ~ ablation": rho[("confidence", "ablation", "enc")] > 0}
-ours = {"few heads carry most relevance": f"mean top-quarter share {enc_share:.3f} (criterion >= {CRIT:.2f}; per layer "
+         **{k: rho[(a, b_, "enc")] > 0 for k, (a, b_) in AGREE}}
+ours = {"few heads carry most relevance": f"mean top-quarter share {enc_share:.3f} (official variant "
+                                          f"{enc_share_off:.3f}; criterion >= {CRIT:.2f}; per layer "
                                           + ", ".join(f"{s:.3f}" for s in share["enc"]) + ")",
-        **{k: f"rho = {rho[(a, b_, 'enc')]:+.3f} (p = {pval[(a, b_, 'enc')]:.3f}; criterion rho > 0)"
-           for k, (a, b_) in (("relevance ~ confidence", ("relevance", "confidence")),
-                              ("relevance ~ ablation", ("relevance", "ablation")),
-                              ("confidence ~ ablation", ("confidence", "ablation")))}}
+        **{k: f"rho = {rho[(a, b_, 'enc')]:+.3f} (p = {pval[(a, b_, 'enc')]:.3f}"
+              + (f"; official variant {rho[('official', b_, 'enc')]:+.3f}" if a == "relevance" else "")
+              + "; criterion rho > 0)"
+           for k, (a, b_) in AGREE}}
 paper_says = {"few heads carry most relevance": "sec. 4, Fig. 1: in each layer a few heads carry most relevance",
               "relevance ~ confidence": "sec. 4: the important heads tend to be confident",
               "relevance ~ ablation": "sec. 4: the heads LRP ranks high are the ones that matter",
               "confidence ~ ablation": "(follows from the two above)"}
 for k in found:
     print(f"{k:32s} paper: {paper_says[k]:62s}\n{'':32s} ours:  {ours[k]} -> {'reproduced' if found[k] else 'NOT reproduced'}")
+most = max(float(share["enc"].max()), float(share_off["enc"].max()))
+print(f"\nIn words: at the {scale} scale the relevance of the encoder heads is "
+      + ("concentrated as the paper says" if found["few heads carry most relevance"] else
+         f"nearly flat: the top quarter of a layer's heads carries on average {enc_share:.2f} of its relevance "
+         f"magnitude (official variant {enc_share_off:.2f}; at most {most:.2f} in any layer; uniform 0.25), "
+         "so the paper's 'a few heads carry most of it' does NOT reproduce")
+      + f". The signed z-rule shares range from {float(rel_signed['enc'].min()):+.1f} to "
+        f"{float(rel_signed['enc'].max()):+.1f}, which is why they are not used for it. Relevance and confidence "
+        f"agree with rho = {rho[('relevance', 'confidence', 'enc')]:+.2f} (official {rho[('official', 'confidence', 'enc')]:+.2f}), "
+        f"relevance and the ablation BLEU drop with {rho[('relevance', 'ablation', 'enc')]:+.2f} "
+        f"(official {rho[('official', 'ablation', 'enc')]:+.2f}); the two rules rank the heads alike "
+        f"(rho = {rho_rules:+.2f}).")
 
-PAPER = dict.fromkeys(found, True)
-MEASURED = {"quick": {**PAPER, "few heads carry most relevance": False},   # see the text above
-            "full": {**PAPER, "few heads carry most relevance": False}}
-assert found == MEASURED[scale], (scale, found, MEASURED[scale])
-# the method itself: every rule matched its loop version, conservation held bias-free, and the cheap
-# summed normalisation stands in for the per-position one
+# the method itself: every rule matched its loop version, conservation held bias-free for every rule and with
+# biases for the z-rule and the official variant (and failed with biases for epsilon and alpha-beta), and the
+# cheap summed normalisation stands in for the per-position one under the official variant
 assert max(errs.values()) < 1e-9, errs
-assert max(d for n, d in drift.items() if n.startswith("bias-free")) < 1e-9, drift
-assert min(d for n, d in drift.items() if n.startswith("with biases")) > 1e-4, drift   # biases do leak
+assert max(d for n, d in drift.items() if n.startswith("bias-free") or n in CONSERVING) < 1e-9, drift
+assert min(d for n, d in drift.items() if n.startswith("with biases") and n not in CONSERVING) > 1e-4, drift
 assert err_heads < 1e-9 and pp_diff < 0.02 and pp_rho > 0.9, (err_heads, pp_diff, pp_rho)
-# what section 4 says about the rule, as measured at the quick scale (the epsilon rule concentrates more, and
-# ranks the encoder heads differently); not recorded for the full scale
+assert alive["z-rule"] < 1e-3 and alive["official"] < 1e-3, alive      # conserved on the trained model (float32)
+# The findings as measured on the quick model (the default model has not been re-measured on this language):
+# the concentration is well below its line under both rules (not reproduced), and relevance agrees with confidence
+# under both rules (rho far from 0); the other agreements are printed only.
 if scale == "quick":
-    assert share_eps.mean() > enc_share and rho_rules < 0.5, (share_eps.mean(), enc_share, rho_rules)
+    assert max(enc_share, enc_share_off) < CRIT, (enc_share, enc_share_off)
+    assert rho[("relevance", "confidence", "enc")] > 0 and rho[("official", "confidence", "enc")] > 0, rho
+# magnitude shares are shares: each layer's row sums to 1, every share in [0, 1]; so are the official variant's
+for R_ in (rel, rel_off):
+    assert all(bool(xp.all(R_[k] >= 0)) and bool(xp.allclose(R_[k].sum(-1), 1.0)) for k in KINDS)
 print(f"\nall checks hold; findings as measured at the {scale} scale")
