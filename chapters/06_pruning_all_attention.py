@@ -14,8 +14,9 @@
 #   configuration (the same heads fixed off) trained from a random initialisation.
 #
 # This chapter runs the same experiment with `minihead.prune` on the study model. "Same budget" for the model
-# trained from scratch means the same number of training tokens: the study model's training steps plus the pruning
-# steps (counted in batches of the study's size), from the study's random initialisation with the study's schedule,
+# trained from scratch means the same number of training tokens: the study model's training steps plus the steps
+# that pruning run actually used (it stops once 90% of the gates are settled, chapter 5; counted in batches of the
+# study's size), from the study's random initialisation with the study's schedule,
 # batches and dropout, the pruned heads' gates fixed at 0 and the others at 1 (`train.train(..., gates=masks)`).
 # Both models are scored at their last step (no checkpoint selection), with the same gates, on the same test
 # sentences.
@@ -38,11 +39,11 @@ from minihead.study import load_study
 
 T0 = time.time()
 host = backend.to_host
-# Quick mode (the tests, CI): the 3+3 x 4-head quick model, two lambdas, 100 pruning steps in half-size batches
-# (1250 tokens), gates at lr 0.2, BLEU on the first 200 test sentences, and ONE configuration trained from scratch
-# (the most pruned one; ~650 training steps is most of this chapter's time). Full mode: the default 6+6 x 4-head
-# model, two lambdas, 400 steps in the training batch size, gates at lr 0.1, the whole test set, both
-# configurations also trained from scratch (~15 min each on 2 cores).
+# Quick mode (the tests, CI): the 3+3 x 4-head quick model, two lambdas, pruning in half-size batches (1250 tokens)
+# until 90% of the gates are settled (STEPS is the cap), gates at lr 0.2, BLEU on the first 200 test sentences, and
+# ONE configuration trained from scratch (the most pruned one; its training is most of this chapter's time). Full
+# mode: the default 6+6 x 4-head model, two lambdas, the training batch size, gates at lr 0.1, the whole test set,
+# both configurations also trained from scratch.
 from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
 S = SCALES["quick" if QUICK else "full"]
 STUDY, STEPS, N_TEST = S["study"], S["prune_steps"], S["n_test"]
@@ -66,11 +67,12 @@ print(f"study model {study.name!r}: heads per attention type {total}")
 base = P.baseline(study, n_test=N_TEST)
 runs = P.sweep(study, LAMBDAS, "all", STEPS, n_test=N_TEST, **PRUNE)
 print(f"\nbefore pruning: test BLEU {base['bleu']:.2f} ({N_TEST} sentences)")
-print(f"{'lambda':>7}  {'enc':>7} {'dec_self':>9} {'dec_enc':>8}   BLEU")
+print(f"{'lambda':>7}  {'enc':>7} {'dec_self':>9} {'dec_enc':>8}   BLEU (continuous)  settled  steps")
 for r in runs:
     n = r["n_retained"]
     print(f"{r['lam']:>7g}  {n['enc']:>3}/{total['enc']:<3} {n['dec_self']:>4}/{total['dec_self']:<4} "
-          f"{n['dec_enc']:>3}/{total['dec_enc']:<4} {r['bleu']:6.2f}")
+          f"{n['dec_enc']:>3}/{total['dec_enc']:<4} {r['bleu']:6.2f} ({r['bleu_continuous']:6.2f})  "
+          f"{r['settled_share']:7.2f}  {r['steps_used']:5d}")
 
 # %% [markdown]
 # ## 2. Which type goes first
@@ -122,11 +124,13 @@ for r in runs:
 # same budget. The paper's rows beside ours (heads kept enc-self / dec-self / dec-enc of 48 each, BLEU).
 
 # %%
-budget = P.scratch_budget(study, STEPS, prune_max_tokens=MAX_TOKENS)
-print(f"from-scratch budget: {study.history[-1]['step']} training steps + {STEPS} pruning steps of "
-      f"{MAX_TOKENS} tokens = {budget} steps of the study's batch size")
 chosen = runs[-N_SCRATCH:]
-scratch = [P.from_scratch(study, r["retained"], budget, n_test=N_TEST) for r in chosen]
+budgets = [P.scratch_budget(study, r["steps_used"], prune_max_tokens=MAX_TOKENS) for r in chosen]
+for r, budget in zip(chosen, budgets):
+    print(f"from-scratch budget for lambda {r['lam']:g}: {study.history[-1]['step']} training steps + "
+          f"{r['steps_used']} pruning steps of {MAX_TOKENS} tokens = {budget} steps of the study's batch size")
+# the pruning steps each run used, as `python -m minihead reproduce` counts them (so its cache is shared)
+scratch = [P.from_scratch(study, r["retained"], budget, n_test=N_TEST) for r, budget in zip(chosen, budgets)]
 rows = []
 for r, s in zip(chosen, scratch):
     heads = tuple(r["n_retained"][k] for k in GATE_KINDS)
@@ -148,51 +152,63 @@ for data, table in paper.TABLE2.items():
 # 1. **Order of pruning** (paper: encoder self-attention first, decoder-encoder last). At every $\lambda$, the share
 #    of heads retained is smallest for encoder self-attention, largest for decoder-encoder attention, decoder
 #    self-attention in between; and along the run with the largest $\lambda$ the encoder is the first type to lose
-#    half of its heads. **Reproduces** at both scales. Quick mode: at $\lambda = 0.1$ the encoder keeps no
-#    self-attention head at all: its layers are then feed-forward blocks over the embeddings and position
-#    encodings. Full mode (the default model of the cold `python -m minihead reproduce` run, 24 heads per type):
-#    4 / 7 / 8 heads kept at $\lambda = 0.03$ and 2 / 3 / 4 at $\lambda = 0.1$; along the $\lambda = 0.1$ run half
-#    of the encoder heads are closed at step 55, of the decoder self-attention heads at 60, of the decoder-encoder
-#    heads at 75.
+#    half of its heads.
 # 2. **Where heads survive** (paper: decoder self-attention in the lower layers, decoder-encoder attention in the
 #    higher ones). For every run that pruned some heads of that type, the mean layer of the survivors lies below
-#    the middle layer for decoder self-attention and above it for decoder-encoder attention. **Reproduces** at both
-#    scales (full mode: decoder self-attention survivors at mean layer 1.14 and 0.67, decoder-encoder survivors at
-#    3.25 and 3.25, middle 2.5).
-# 3. **Pruned beats from scratch** (paper: every configuration of Table 2). **Did not reproduce at either scale.**
-#    Quick mode:
-#    the most pruned configuration, trained from scratch for the same budget, translates about 3 BLEU better than
-#    the pruned model, and only about 1 BLEU below the full model before pruning. Our from-scratch run gets the whole
-#    learning-rate schedule (warm-up and the high early rates) for a small model on a regular synthetic language
-#    that it learns in a few hundred steps, while the pruned model gets 100 steps at a low constant rate to recover
-#    from losing most of its heads; at this scale that is the better deal. Full mode: the same, more so. The two
-#    configurations trained from scratch for 2,800 steps score 80.97 (4 / 7 / 8 heads) and 79.03 (2 / 3 / 4 heads),
-#    at or above the full model before pruning (78.12), against 77.64 and 68.30 pruned: 400 pruning steps at a low
-#    rate do not let a 6-layer model recover from losing most of its heads in all three attention types, while a
-#    model trained with only those heads from the start learns to do without the others. The final cell asserts the measured outcome at both scales,
-#    with the paper's claim stated beside it.
+#    the middle layer for decoder self-attention and above it for decoder-encoder attention.
+# 3. **Pruned beats from scratch** (paper: every configuration of Table 2), compared for the same budget of
+#    training tokens. At our scale the comparison favours training from scratch: that run gets the whole
+#    learning-rate schedule (warm-up and the high early rates) for a small model on a regular synthetic language,
+#    while the pruned model gets only the steps its gates needed to settle, at a low constant rate, to recover from
+#    losing most of its heads.
 #
-# The same sweep with `seed=1` (run while writing this chapter) gave the same picture: 1 / 8 / 12 heads at
-# $\lambda = 0.03$ and 0 / 3 / 8 at $\lambda = 0.1$ (BLEU 35.6), decoder self-attention heads only in the lowest
-# layer, decoder-encoder heads weighted towards the top layer (2 / 2 / 4 over layers 0 / 1 / 2 at $\lambda = 0.1$).
+# The next cell prints what this run measured, in words, and asserts the outcomes. (The default model's numbers
+# quoted in earlier versions of this chapter were measured on the previous language, before its translation needed
+# the head functions, and are not repeated here.)
 
 # %%
+order_ok = all(P.type_order_holds(r, cfg) for r in runs)
+layer_checks = [(r["lam"], *c) for r in runs for c in P.survivor_layers(r, cfg)]   # (lam, kind, mean layer, holds)
+wins = [bp > bs for _, bp, bs in rows]
+lams = ", ".join(f"{r['lam']:g}" for r in runs)
+print("In words: at every lambda the encoder keeps "
+      + ", ".join(f"{r['n_retained']['enc']}/{total['enc']}" for r in runs)
+      + " of its self-attention heads, the decoder self-attention "
+      + ", ".join(f"{r['n_retained']['dec_self']}/{total['dec_self']}" for r in runs)
+      + " and the decoder-encoder attention "
+      + ", ".join(f"{r['n_retained']['dec_enc']}/{total['dec_enc']}" for r in runs)
+      + f" (lambda {lams}): finding 1 "
+      + ("reproduces" if order_ok and first else "does NOT reproduce")
+      + ". Survivors' mean layers: "
+      + "; ".join(f"lambda {lam:g} {NAMES[k]} {m:.2f}" for lam, k, m, _ in layer_checks)
+      + f" (middle {mid:g}): finding 2 " + ("reproduces" if layer_checks and all(h for *_, h in layer_checks)
+                                            else "does NOT reproduce")
+      + ". From scratch, the same heads score "
+      + ", ".join(f"{bs:.2f} against {bp:.2f} pruned ({'/'.join(map(str, heads))} heads)" for heads, bp, bs in rows)
+      + f" (model before pruning {base['bleu']:.2f}): finding 3 "
+      + ("reproduces." if all(wins) else "does NOT reproduce" if not any(wins) else "holds in part")
+      + (" The encoder keeps no self-attention head at the largest lambda: its layers are then feed-forward blocks "
+         "over the embeddings and position encodings." if runs[-1]["n_retained"]["enc"] == 0 else ""))
+
 # Finding 1 (paper: encoder self-attention heads go first, decoder-encoder heads last).
 # At every lambda: share retained enc <= dec_self <= dec_enc, enc < dec_enc (prune.type_order_holds).
 for r in runs:
     assert P.type_order_holds(r, cfg), (r["lam"], P.retained_shares(r, cfg))
 # Along the run with the largest lambda, the encoder is the first type to lose half of its heads.
 assert first, t_half
-print("finding 1 holds: encoder self-attention heads are pruned first, decoder-encoder heads last")
+print("\nfinding 1 holds: encoder self-attention heads are pruned first, decoder-encoder heads last")
 # Finding 2 (paper: decoder self-attention survives in lower layers, decoder-encoder attention in higher ones).
-layer_checks = [(r["lam"], *c) for r in runs for c in P.survivor_layers(r, cfg)]   # (lam, kind, mean layer, holds)
 assert len(layer_checks) >= 2 and all(holds for *_, holds in layer_checks), layer_checks
-checked = len(layer_checks)
-print(f"finding 2 holds: decoder self-attention survives low, decoder-encoder attention high ({checked} checks)")
-# Finding 3 (paper: the pruned model beats the same configuration trained from scratch, Table 2).
-wins = [bp > bs for _, bp, bs in rows]
+print(f"finding 2 holds: decoder self-attention survives low, decoder-encoder attention high "
+      f"({len(layer_checks)} checks)")
+# Finding 3 (paper: the pruned model beats the same configuration trained from scratch, Table 2): printed above;
+# asserted only where the gap is clear (more than 1 BLEU either way), since one run of each is compared.
 print(f"pruned better than from scratch in {sum(wins)} of {len(rows)} configurations (paper: 7 of 7)")
-# Measured at both scales: NOT reproduced (paper: pruned wins in every configuration); from scratch is better.
-assert not any(wins), rows
-print("finding 3 did not reproduce: the configurations trained from scratch are better (see the text above)")
+clear = [(bp - bs) for _, bp, bs in rows if abs(bp - bs) > 1.0]
+print(f"configurations with a gap over 1 BLEU: {len(clear)} (pruned - scratch: "
+      + ", ".join(f"{d:+.2f}" for d in clear) + ")")
+if QUICK:
+    # quick model, measured: NOT reproduced, from scratch better by more than 1 BLEU in every configuration
+    assert rows and all(bs - bp > 1.0 for _, bp, bs in rows), rows
+    print("finding 3 did not reproduce in quick mode: the configuration trained from scratch is better")
 print(f"chapter done in {time.time() - T0:.0f} s")
