@@ -17,9 +17,9 @@
 # | [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees | ~3 min (skips without the data) | ~30 min cold (trains the default model on 29k pairs) |
 #
 # Quick mode is switched on with the environment variable `MINIHEAD_QUICK=1` (the tests set it); without it the
-# chapters use the default model. (The full-mode times were measured on the previous version of `data_small/`, before
-# its translation needed the head functions.) Every trained model and every sweep is cached in `runs/`, so a chapter re-runs in
-# seconds once its stages exist, and `python -m minihead reproduce` reuses the same caches (its cold full run, which
+# chapters use the default model. (The full-mode times were measured on the previous version of `data_small/`,
+# before its translation needed the head functions.) Every trained model and every sweep is cached in `runs/`, so a
+# chapter re-runs in seconds once its stages exist, and `python -m minihead reproduce` reuses the same caches (its cold full run, which
 # fills every cache the chapters' full mode reads, took 62 min on 2 cores).
 #
 # **CuPy.** Start Jupyter with `MINIHEAD_BACKEND=cupy` (and `pip install cupy-cuda12x` on a machine with an NVIDIA

@@ -332,7 +332,7 @@ plt.show()
 # %%
 special = [lh for lh, r in report.roles.items() if r]
 other = [lh for lh, r in report.roles.items() if not r]
-mean = lambda hs: sum(relevance[lh] for lh in hs) / max(len(hs), 1)
+mean = lambda hs: sum(relevance[lh] for lh in hs) / len(hs) if hs else float("nan")   # nan: no such head
 top = [(l, int(relevance[l].argmax())) for l in range(cfg.n_enc_layers)]
 print(f"{len(special)} specialised heads, mean relevance {mean(special):.3f}; "
       f"{len(other)} others, mean {mean(other):.3f} (uniform: {1 / cfg.n_heads:.3f})")

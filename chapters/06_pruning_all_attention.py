@@ -186,7 +186,7 @@ print("In words: at every lambda the encoder keeps "
       + ". From scratch, the same heads score "
       + ", ".join(f"{bs:.2f} against {bp:.2f} pruned ({'/'.join(map(str, heads))} heads)" for heads, bp, bs in rows)
       + f" (model before pruning {base['bleu']:.2f}): finding 3 "
-      + ("reproduces." if all(wins) else "does NOT reproduce" if not any(wins) else "holds in part")
+      + ("reproduces." if all(wins) else "does NOT reproduce." if not any(wins) else "holds in part.")
       + (" The encoder keeps no self-attention head at the largest lambda: its layers are then feed-forward blocks "
          "over the embeddings and position encodings." if runs[-1]["n_retained"]["enc"] == 0 else ""))
 
