@@ -140,8 +140,8 @@ plt.tight_layout()
 # ## 4. Which heads survive, and what they do (Figure 8)
 #
 # The roles of chapter 3 (`minihead.analysis.head_roles` on the gold dev trees): positional (the argmax lands on
-# the same neighbour in at least 90% of the queries where it exists, with confidence above 0.8), syntactic (at least 10 points above the best fixed-offset
-# baseline on one relation and direction) and the rare-word head. They are measured on the model **before**
+# the same neighbour in at least 90% of the queries where it exists, with confidence above 0.8), syntactic (at
+# least 10 points above the best fixed-offset baseline on one relation and direction) and the rare-word head. They are measured on the model **before**
 # pruning; pruning fine-tunes the encoder, so a survivor's map may shift a little afterwards. Each row below is one
 # run, sorted from all heads down; a cell is coloured when that head survived, by its role.
 
