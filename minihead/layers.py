@@ -296,8 +296,9 @@ def _merge_heads(x):
 def _merged_matmul(a, b):
     """The per-head product a @ b, (B, H, T, dh), and the same numbers with the heads merged, (B, T, H dh).
     On plain arrays the product is written straight into the merged layout (``out=`` a transposed view of
-    a (B, T, H, dh) buffer), so the merge costs no transpose copy; under autograd it is a @ b, then merged."""
-    if not (_owned(a) and _owned(b)):
+    a (B, T, H, dh) buffer), so the merge costs no transpose copy; under autograd (and on CuPy, whose matmul
+    into a strided ``out`` is untested here) it is a @ b, then merged."""
+    if not (_owned(a) and _owned(b)) or backend.name != "numpy":
         r = a @ b
         return r, _merge_heads(r)
     B, H, T, dh = a.shape[0], a.shape[1], a.shape[2], b.shape[-1]
