@@ -1,5 +1,6 @@
 """Training, checkpoints and decoding: determinism, exact resume, atomic and pickle-free files."""
 import os
+import pathlib
 import random
 import zipfile
 
@@ -357,16 +358,16 @@ def test_json_cache_is_atomic_and_a_corrupt_one_is_named(tmp_path):
     """save_json() is atomic: a failed write (an object JSON cannot encode) leaves the earlier done.json intact
     and no temporary file. A done.json cut short is refused with CheckpointError naming its path, ``cache file
     does not parse``, and saying to delete it."""
-    from minihead.study import load_study
+    from minihead.study import load_study, run_folder
     path = tmp_path / "done.json"
     checkpoint.save_json(str(path), {"best_bleu": 1.0})
     with pytest.raises(TypeError):
         checkpoint.save_json(str(path), {"x": object()})
     assert os.listdir(tmp_path) == ["done.json"] and checkpoint.load_json(str(path)) == {"best_bleu": 1.0}
-    run = tmp_path / "runs" / "quick-max_steps2"
+    run = pathlib.Path(run_folder("quick", runs=str(tmp_path / "runs"), max_steps=2))
     run.mkdir(parents=True)
     (run / "done.json").write_text('{"history": [{"st')       # a write cut short
-    with pytest.raises(CheckpointError, match=r"quick-max_steps2/done.json: cache file does not parse .*delete it"):
+    with pytest.raises(CheckpointError, match=rf"{run.name}/done.json: cache file does not parse .*delete it"):
         load_study("quick", runs=str(tmp_path / "runs"), progress=False, max_steps=2)
 
 
