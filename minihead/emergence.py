@@ -87,7 +87,7 @@ def _finished(out, tcfg):
 
 def summary(results):
     """Rows of the emergence table, one per seed, and a closing line per finding with the seed count."""
-    lines = ["| seed | dev BLEU | best +-1 share (offset, layer-head) | its confidence | positional | "
+    lines = ["| seed | dev BLEU | best +-1 share (offset, layer-head) | its confidence | positional heads | "
              "syntactic relations (margin, points) | rare-word share / chance |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -96,7 +96,8 @@ def summary(results):
         held = ", ".join(s["relations_held"]) or "none"
         rare = f"{q['share']:.2f} / {q['chance']:.2f}" if q["share"] is not None else "n/a"
         lines.append(f"| {r.seed} | {r.dev_bleu:.1f} | {p['share']:.2f} ({p['offset']:+d}, L{p['head'][0]}H{p['head'][1]}) "
-                     f"| {p['confidence']:.2f} | {'yes' if p['held'] else 'no'} | {held} ({rels}) | {rare} |")
+                     f"| {p['confidence']:.2f} | {', '.join(f'L{l}H{h} {o:+d}' for l, h, o in p['heads']) or 'none'} "
+                     f"| {held} ({rels}) | {rare} |")
     n = len(results)
     lines.append("")
     lines.append(f"positional head (share >= {findings.POSITIONAL_SHARE}, confidence > "
