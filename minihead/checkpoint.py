@@ -142,10 +142,18 @@ def save(path, params, cfg, vocab, optimizer=None, rng=None, meta=None, extra=No
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     remove_stale_temporaries(folder)
+    return _write_atomically(path, "wb", lambda f: backend.save_npz(f, arrays))
+
+
+def _write_atomically(path, mode, write):
+    """``write(f)`` into a temporary file beside ``path``, fsync, then ``os.replace``: a reader sees the old file
+    or the new one, never half of one; the temporary is removed if anything fails."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            backend.save_npz(f, arrays)
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -157,19 +165,7 @@ def save(path, params, cfg, vocab, optimizer=None, rng=None, meta=None, extra=No
 
 def save_json(path, obj):
     """Write a JSON file atomically (temporary file, fsync, ``os.replace``), like :func:`save`."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    return _write_atomically(path, "w", lambda f: json.dump(obj, f))
 
 
 def load_json(path):
