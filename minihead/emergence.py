@@ -10,7 +10,7 @@ determines the model, BLAS thread count included), so a second call only measure
 """
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import findings, study
 from .errors import MiniheadError
@@ -25,7 +25,6 @@ class SeedResult:
     positional: dict          # findings.positional(...) as a dict
     syntactic: dict           # findings.syntactic(...) as a dict
     rare: dict                # findings.rare_word(...) as a dict
-    extra: dict = field(default_factory=dict)
 
 
 def measure(params, cfg, vocab, trees, src_freq):
@@ -42,7 +41,6 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     from .data.conllu_io import read_conllu
     from .data.corpus import read_parallel
     from .prune import cached_json, key_hash
-    from .study import blas_threads, data_fingerprint
     from .train import Corpus, preset, train
 
     train_pairs = read_parallel(os.path.join(data, "train.src"), os.path.join(data, "train.tgt"))
@@ -51,8 +49,8 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     corpus = Corpus.build(train_pairs, dev_pairs, n_train=tcfg.n_train)
     cfg, tcfg = preset(config, len(corpus.vocab), seed=seed, **overrides)
     trees = read_conllu(os.path.join(data, "dev.conllu"))[:n_trees]
-    key = {"data": os.path.abspath(data), "data_hash": data_fingerprint(data), "cfg": cfg.__dict__,
-           "train": tcfg.to_dict(), "blas_threads": blas_threads(), "n_trees": n_trees, "version": 1}
+    key = {"data_hash": study.data_fingerprint(data), "cfg": cfg.__dict__, "train": tcfg.to_dict(),
+           "blas_threads": study.blas_threads(), "n_trees": n_trees, "version": 1}
     out = os.path.join(runs_dir, f"{config}-seed{seed}-t{key['blas_threads']}-{key_hash(key)}")
 
     def compute():
