@@ -49,7 +49,8 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     corpus = Corpus.build(train_pairs, dev_pairs, n_train=tcfg.n_train)
     cfg, tcfg = preset(config, len(corpus.vocab), seed=seed, **overrides)
     trees = read_conllu(os.path.join(data, "dev.conllu"))[:n_trees]
-    key = {"data_hash": study.data_fingerprint(data), "cfg": cfg.__dict__, "train": tcfg.to_dict(),
+    files = ("train.src", "train.tgt", "dev.src", "dev.tgt", "dev.conllu")   # what trains and what measures
+    key = {"data_hash": study.data_fingerprint(data, files), "cfg": cfg.__dict__, "train": tcfg.to_dict(),
            "blas_threads": study.blas_threads(), "n_trees": n_trees, "version": 1}
     out = os.path.join(runs_dir, f"{config}-seed{seed}-t{key['blas_threads']}-{key_hash(key)}")
 
