@@ -379,8 +379,9 @@ def validate_emergence(a):
     if "seed" in a.settings:
         raise UsageError("--set seed=...: give the seeds with --seeds")
     check_settings(*preset(a.config, 100, **a.settings))
-    check_data(a, ("train", "dev"))
-    check_input_file(os.path.join(a.data, "dev.conllu"), "dev trees (dev.conllu)")
+    check_data(a, ("train", "dev", "test"))   # read as data_small is (load_study): text and trees of dev and test
+    for split in ("dev", "test"):
+        check_input_file(os.path.join(a.data, f"{split}.conllu"), f"{split} trees ({split}.conllu)")
     check_output_folder(a.runs, "--runs")
     if a.json:
         check_output_file(a.json, "--json")

@@ -5,8 +5,9 @@ per seed on a parallel corpus with gold trees (data_small by default), then meas
 each seed: dev BLEU, the best encoder head's share of argmaxes on -1 / +1 and its confidence (sec. 5.1),
 the best head per dependency relation and direction against the fixed-offset baseline (sec. 5.2, Table 1)
 and the rare-word share (sec. 5.3). The verdicts come from :mod:`minihead.findings`, the one home of the
-paper's criteria. Models are cached per seed under ``runs/emergence/`` (a key of every setting that
-determines the model, BLAS thread count included), so a second call only measures.
+paper's criteria. Models are cached per seed under ``runs/emergence/`` by :func:`minihead.study.load_study`
+(the folder names every setting that determines the model, BLAS thread count and data hash included), so a
+second call only measures.
 """
 import json
 import os
@@ -35,53 +36,24 @@ def measure(params, cfg, vocab, trees, src_freq):
             findings.rare_word(rep).to_dict())
 
 
-def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True, log=print):
-    """Train (or reuse) the model of one seed and measure it; returns a SeedResult."""
-    from . import checkpoint
-    from .data.conllu_io import read_conllu
-    from .data.corpus import read_parallel
-    from .prune import cached_json, key_hash
-    from .train import Corpus, preset, train
-
-    train_pairs = read_parallel(os.path.join(data, "train.src"), os.path.join(data, "train.tgt"))
-    dev_pairs = read_parallel(os.path.join(data, "dev.src"), os.path.join(data, "dev.tgt"))
-    _, tcfg = preset(config, 1, seed=seed, **overrides)
-    corpus = Corpus.build(train_pairs, dev_pairs, n_train=tcfg.n_train)
-    cfg, tcfg = preset(config, len(corpus.vocab), seed=seed, **overrides)
-    trees = read_conllu(os.path.join(data, "dev.conllu"))[:n_trees]
-    files = ("train.src", "train.tgt", "dev.src", "dev.tgt", "dev.conllu")   # what trains and what measures
-    key = {"data_hash": study.data_fingerprint(data, files), "cfg": cfg.__dict__, "train": tcfg.to_dict(),
-           "blas_threads": study.blas_threads(), "n_trees": n_trees, "version": 1}
-    out = os.path.join(runs_dir, f"{config}-seed{seed}-t{key['blas_threads']}-{key_hash(key)}")
+def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True):
+    """Train (or reuse) the model of one seed and measure it; returns a SeedResult. The model is the study model
+    of :func:`minihead.study.load_study` (cached in its run folder, named by preset, settings, seed, BLAS threads
+    and data hash); the measurement is cached beside it, keyed by the trees it was made on."""
+    from .prune import cached_json
+    s = study.load_study(config, data, runs=runs_dir, progress=progress, seed=seed, **overrides)
+    trees = s.trees["dev"][:n_trees]
+    key = {"version": 2, "n_trees": n_trees, "trees": study.data_fingerprint(data, ("dev.conllu",))}
 
     def compute():
-        best = os.path.join(out, "best.npz")
-        if os.path.exists(best) and not os.path.exists(os.path.join(out, "last.npz")):
-            raise MiniheadError(f"{out}: best.npz without last.npz; remove the folder to retrain")
-        res = None
-        if not _finished(out, tcfg):
-            os.makedirs(out, exist_ok=True)
-            res = train(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
-                        progress=progress, log=log)
-        ck = checkpoint.load(best)
-        pos, syn, rare = measure(ck.params, ck.cfg, ck.vocab, trees, corpus.src_freq)
-        steps = ck.meta.get("step")
-        bleu = ck.meta.get("best_bleu") if res is None else res.best_bleu
-        return {"seed": seed, "dev_bleu": bleu, "steps": steps, "positional": pos, "syntactic": syn,
-                "rare": rare}
+        pos, syn, rare = measure(s.params, s.cfg, s.vocab, trees, s.corpus.src_freq)
+        best = max(s.history, key=lambda h: h["dev_bleu"])   # the evaluation that wrote best.npz
+        return {"seed": seed, "dev_bleu": best["dev_bleu"], "steps": best["step"], "positional": pos,
+                "syntactic": syn, "rare": rare}
 
-    r = cached_json(os.path.join(out, "emergence.json"), key, compute)
+    r = cached_json(os.path.join(os.path.dirname(s.path), "emergence.json"), key, compute)
     r.pop("cached", None)
     return SeedResult(**json.loads(json.dumps(r)))   # the same plain values whether computed or read back
-
-
-def _finished(out, tcfg):
-    from . import checkpoint
-    last = os.path.join(out, "last.npz")
-    if not os.path.exists(last):
-        return False
-    meta = checkpoint.load(last).meta
-    return meta.get("step", 0) >= tcfg.max_steps or meta.get("bad_evals", 0) >= tcfg.patience
 
 
 def summary(results):
@@ -117,7 +89,8 @@ def add_emergence_command(subparsers):
     from .train import PRESETS
     s.add_argument("--config", default="quick", choices=sorted(PRESETS), help="named preset")
     s.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
-    s.add_argument("--data", default="data_small", help="folder with train/dev .src/.tgt and dev.conllu "
+    s.add_argument("--data", default="data_small", help="folder laid out as data_small (train/dev/test .src/.tgt, "
+                   "dev/test .conllu) "
                    "(default data_small; data_small/control is the control language)")
     s.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override preset settings (not the seed)")
