@@ -78,8 +78,8 @@ def positional(report, share=POSITIONAL_SHARE, confidence=POSITIONAL_CONFIDENCE)
     sp = backend.to_host(report.shares_possible)                                # (L, H, 2)
     sa = backend.to_host(report.shares)                                         # (L, H, 2)
     conf = backend.to_host(report.confidence)                                   # (L, H)
-    flat = int(sp.argmax())
-    l, h, k = _unravel(flat, sp.shape)
+    lh, k = divmod(int(sp.argmax()), 2)                                          # flat index of (L, H, 2)
+    l, h = divmod(lh, sp.shape[1])
     heads = [(li, hi, (-1, 1)[ki]) for li in range(sp.shape[0]) for hi in range(sp.shape[1])
              for ki in range(2) if sp[li, hi, ki] >= share and conf[li, hi] > confidence]
     return Positional(held=bool(heads), share=float(sp[l, h, k]), share_all=float(sa[l, h, k]),
@@ -113,14 +113,7 @@ def rare_word(report, factor=RARE_FACTOR):
     if report.rare is None:
         return RareWord(held=False, share=None, chance=None, head=None)
     r = backend.to_host(report.rare.rarest)                                     # (L, H)
-    l, h = _unravel(int(r.argmax()), r.shape)
+    l, h = divmod(int(r.argmax()), r.shape[1])
     share, chance = float(r[l, h]), float(report.rare.chance_rarest)
     return RareWord(held=share >= factor * chance, share=share, chance=chance, head=(l, h))
 
-
-def _unravel(flat, shape):
-    out = []
-    for n in reversed(shape):
-        out.append(flat % n)
-        flat //= n
-    return tuple(int(i) for i in reversed(out))

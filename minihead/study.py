@@ -55,8 +55,13 @@ def run_folder(name, data="data_small", runs=None, **overrides):
     is in the name, so the test suite (one BLAS thread) never reuses a model the command line trained with
     two, and a regenerated data_small never reuses a model of the old one."""
     from .data.corpus import resolve_data
-    tag = name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
-    return os.path.join(str(runs or RUNS), f"{tag}-t{blas_threads()}-{data_fingerprint(resolve_data(data))}")
+    return os.path.join(str(runs or RUNS), f"{_tag(name, overrides)}-t{blas_threads()}-"
+                                           f"{data_fingerprint(resolve_data(data))}")
+
+
+def _tag(name, overrides):
+    """The study's name: the preset and every setting it overrides."""
+    return name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
 
 
 def load_study(name="quick", data="data_small", runs=None, progress=True, **overrides):
@@ -65,7 +70,7 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
     when it ends) marks a finished training; an unreadable one is an error naming it (delete it: the
     training then resumes from last.npz, which holds the whole history, and ends at once)."""
     splits, trees = load_data_small(data)
-    tag = name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
+    tag = _tag(name, overrides)
     out = run_folder(name, data, runs, **overrides)
     n_train = preset(name, 1, **overrides)[1].n_train
     train_pairs = list(zip(*splits["train"]))
