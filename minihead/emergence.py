@@ -40,7 +40,7 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     """Train (or reuse) the model of one seed and measure it; returns a SeedResult. The model is the study model
     of :func:`minihead.study.load_study` (cached in its run folder, named by preset, settings, seed, BLAS threads
     and data hash); the measurement is cached beside it, keyed by the trees it was made on."""
-    from .prune import cached_json
+    from .cache import cached_json
     s = study.load_study(config, data, runs=runs_dir, progress=progress, seed=seed, **overrides)
     trees = s.trees["dev"][:n_trees]
     key = {"version": 2, "n_trees": n_trees, "trees": study.data_fingerprint(data, ("dev.conllu",))}

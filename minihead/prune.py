@@ -35,11 +35,11 @@ with the fractional gates) is reported beside it (``readout="continuous"``).
 """
 import hashlib
 import inspect
-import json
 import os
 from dataclasses import asdict, dataclass, replace
 
 from . import backend, checkpoint
+from .cache import cached_json, key_hash   # the stage cache (minihead/cache.py)
 from .backend import xp
 from .data.vocab import batches
 from .errors import MiniheadError
@@ -353,30 +353,6 @@ def params_fingerprint(params):
         h.update(f"{k}{a.shape}{a.dtype}".encode())
         h.update(a.tobytes())
     return h.hexdigest()
-
-
-def key_hash(key):
-    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def cached_json(path, key, compute):
-    """Read ``path`` if it holds a result for exactly ``key``, else compute, write atomically and return it.
-    The returned dict carries ``cached`` (True when read from disk)."""
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise PruneError(f"{path}: cache file does not parse ({exc}); delete it to recompute") from None
-        if data.get("key") == key:
-            return {**data["result"], "cached": True}
-    result = compute()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"key": key, "result": result}, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-    return {**result, "cached": False}
 
 
 def study_key(study, n_test):

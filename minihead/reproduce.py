@@ -59,7 +59,8 @@ def importance_stage(study, n_dev, n_ablation, cache_dir=None):
     first n_ablation dev pairs; all cached as importance-<hash>.json."""
     from . import importance
     from .data.vocab import batches
-    from .prune import cached_json, key_hash, study_key
+    from .cache import cached_json, key_hash
+    from .prune import study_key
     key = {**study_key(study, n_dev), "what": "importance", "n_ablation": n_ablation,
            "relevance": "per prediction; z signed and abs; official with full attention"}  # what the file holds
     folder = cache_dir or os.path.dirname(os.path.abspath(study.path))

@@ -11,6 +11,7 @@ import pytest
 
 from minihead import backend, checkpoint, model
 from minihead import prune as P
+from minihead.cache import CacheError
 from minihead.data.vocab import batches
 from minihead.gates import HardConcrete
 from minihead.gradcheck import numerical_grad, rel_error
@@ -233,7 +234,7 @@ def test_unreadable_cache_file_names_the_file(study, tmp_path):
     key = {**P.study_key(study, 5), "what": "baseline"}
     path = tmp_path / f"prune-baseline-{P.key_hash(key)}.json"
     path.write_text("{ not json")
-    with pytest.raises(P.PruneError, match="prune-baseline-.*does not parse"):
+    with pytest.raises(CacheError, match="prune-baseline-.*does not parse"):
         P.baseline(study, n_test=5, cache_dir=str(tmp_path))
 
 

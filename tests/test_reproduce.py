@@ -9,6 +9,7 @@ import pathlib
 import pytest
 
 from minihead import reproduce
+from minihead.cache import CacheError, cached_json, key_hash
 
 TINY = {"study": "quick", "n_dev": 40, "n_test": 40, "n_ablation": 10, "enc_lambdas": (0.05,),
         "all_lambdas": (0.05,), "prune_steps": 15, "n_scratch": 1, "scratch_steps": 20,
@@ -49,3 +50,50 @@ def test_real_corpus_needs_its_three_files():
     from minihead.__main__ import main
     with pytest.raises(SystemExit, match="--train-src, --train-tgt and --conllu"):
         main(["reproduce", "--train-src", "x.en"])
+
+
+# ------------------------------------------------------------------ the stage cache (minihead/cache.py)
+def test_cache_recomputes_on_a_new_key_and_reads_back_the_same_key(tmp_path):
+    """cached_json computes on a missing file, reads the result back (``cached`` True, compute not called) for
+    the same key, and recomputes (and rewrites) when the key differs; key_hash depends on the key's content, not
+    on its dict order."""
+    path, calls = str(tmp_path / "stage.json"), []
+
+    def compute(v):
+        return lambda: calls.append(v) or {"value": v}
+    assert cached_json(path, {"a": 1}, compute(1)) == {"value": 1, "cached": False}
+    assert cached_json(path, {"a": 1}, compute(2)) == {"value": 1, "cached": True} and calls == [1]
+    assert cached_json(path, {"a": 2}, compute(3)) == {"value": 3, "cached": False} and calls == [1, 3]
+    assert json.loads(pathlib.Path(path).read_text()) == {"key": {"a": 2}, "result": {"value": 3}}
+    assert key_hash({"a": 1, "b": 2}) == key_hash({"b": 2, "a": 1}) != key_hash({"a": 1, "b": 3})
+
+
+@pytest.mark.parametrize("content", ["{ not json", "[1, 2]", '{"key": {"a": 1}}'])
+def test_corrupt_cache_file_is_a_one_line_error_naming_it(tmp_path, content):
+    """A cache file that is not JSON, or not a {key, result} object, raises CacheError with one line naming the
+    file and saying to delete it; it is neither recomputed nor overwritten."""
+    path = tmp_path / "stage.json"
+    path.write_text(content)
+    with pytest.raises(CacheError) as e:
+        cached_json(str(path), {"a": 1}, lambda: {"value": 1})
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: cache file") and "delete it" in msg and len(msg.splitlines()) == 1
+    assert path.read_text() == content
+
+
+def test_cache_write_is_atomic_and_leaves_no_temporary(tmp_path, monkeypatch):
+    """The result is written to a temporary file and moved into place: after a write only the cache file is in
+    the folder, and a write that fails half-way (here json.dump raising) leaves the previous file intact and no
+    temporary behind."""
+    path = tmp_path / "stage.json"
+    cached_json(str(path), {"a": 1}, lambda: {"value": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["stage.json"]
+    before = path.read_text()
+
+    def broken_dump(obj, f, **kw):
+        f.write('{"key": {"a": 2}, "res')
+        raise OSError("disk full")
+    monkeypatch.setattr(json, "dump", broken_dump)
+    with pytest.raises(OSError, match="disk full"):
+        cached_json(str(path), {"a": 2}, lambda: {"value": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["stage.json"] and path.read_text() == before
