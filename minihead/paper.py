@@ -14,6 +14,9 @@ POSITIONAL = {"threshold": 0.9, "min_confidence": 0.8}   # every positional head
 FEW_HEADS_MARGIN = 0.10   # sec. 4 "only a few heads" read as: the top quarter holds >= 10 points more than 25%
 SYNTACTIC_MARGIN = 0.10   # sec. 5.2: a syntactic head beats the most-frequent-offset baseline by >= 10 points
 RARE_FACTOR = 3.0         # sec. 5.3 gives 66% on the rarest token; this project reads "far above chance" as >= 3 x 1/T
+RANK_AGREEMENT_MIN = 0.0  # sec. 4 "important heads tend to be confident" (and relevance ~ ablation): Spearman > 0
+PRUNE_BLEU_TOLERANCE = 1.0  # sec. 6.2 "at a small cost" (-0.15 BLEU for 10 of 48 on WMT): read as within 1 BLEU
+PRUNE_KEEP_SHARE = 0.5    # sec. 6.2 "most encoder heads can be pruned": at most half kept within that tolerance
 
 # Table 1, EN-RU: best head / best fixed-offset baseline, in %
 TABLE1 = {
