@@ -357,6 +357,10 @@ def validate_reproduce(a):
     real = (a.train_src, a.train_tgt, a.conllu)
     if any(real) and not all(real):
         raise UsageError("a real corpus needs --train-src, --train-tgt and --conllu")
+    from .emergence import parse_seeds
+    a.seeds_list = None if a.seeds is None else parse_seeds(a.seeds)
+    if a.seeds_list and any(real):
+        raise UsageError("--seeds: the study over seeds runs on data_small; leave it out with a real corpus")
     if (a.dev_src is None) != (a.dev_tgt is None) or (a.test_src is None) != (a.test_tgt is None):
         raise UsageError("--dev-src / --dev-tgt and --test-src / --test-tgt come in pairs")
     for opt in ("train_src", "train_tgt", "conllu", "dev_src", "dev_tgt", "test_src", "test_tgt"):

@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from . import backend, paper
+from . import backend, checkpoint, paper
 from . import findings
 from .backend import xp
 
@@ -103,9 +103,10 @@ def importance_summary(imp):
             "rho_michel_ablation": rank_agreement(mich, abl)}
 
 
-def roles_stage(study):
+def roles_stage(study, n_trees=None):
+    """Head roles on the first ``n_trees`` dev trees (all by default)."""
     from .analysis import head_roles
-    return head_roles(study.params, study.cfg, study.vocab, study.trees["dev"], study.corpus.src_freq)
+    return head_roles(study.params, study.cfg, study.vocab, study.trees["dev"][:n_trees], study.corpus.src_freq)
 
 
 def prune_stages(study, s, progress, done=lambda stage: None):
@@ -138,9 +139,72 @@ def _fig(path, draw):
     return os.path.basename(path)
 
 
-def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed):
-    """``report/README.md`` (findings beside the paper's, figures, tables), the figures and ``results.json``.
-    ``elapsed``: stage -> wall seconds of this run."""
+def _holds(v):
+    """The report's "holds here" cell of a Verdict: yes, partly (some of its runs) or no."""
+    return "yes" if v.held else "partly" if getattr(v, "partly", False) else "no"
+
+
+def findings_rows(v, summ, cfg):
+    """The rows of the report's findings table, one per finding of :data:`minihead.findings.FINDINGS`, from the
+    verdicts ``v`` of :func:`minihead.findings.study_verdicts` (the "holds here" column is each verdict's) and
+    the importance summary ``summ`` (the other rules' numbers shown beside); ``cfg`` the model's."""
+    rows, n_enc = [], cfg.n_enc_layers * cfg.n_heads
+    tq_abs = summ.get("top_quarter_share_abs")
+    rows.append(f"| a few heads carry most relevance (share of the top quarter of heads, per layer, relevance per "
+                f"prediction) | {PAPER_SAYS['few_heads']} | official variant: {', '.join(f'{t:.2f}' for t in v['few_heads'].top_quarter)}"
+                + (f"; z-rule magnitude shares: {', '.join(f'{t:.2f}' for t in tq_abs)}" if tq_abs else "")
+                + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: 0.25) "
+                f"| {_holds(v['few_heads'])} |")
+
+    def rhos(r):
+        return f"z-rule rho = {r.rho:.2f}" + ("" if r.rho_official is None else f", official variant {r.rho_official:.2f}")
+    rows.append(f"| relevance agrees with single-head ablation (Spearman) | {PAPER_SAYS['relevance_ablation']} | "
+                f"{rhos(v['relevance_ablation'])} | {_holds(v['relevance_ablation'])} |")
+    rows.append(f"| important heads are confident (Spearman relevance~confidence) | {PAPER_SAYS['confident']} | "
+                f"{rhos(v['confident'])} | {_holds(v['confident'])} |")
+    pos, syn, rare = v["positional"], v["syntactic"], v["rare_word"]
+    rows.append(f"| positional heads (>= {findings.POSITIONAL_SHARE:.0%} on -1 or +1 over the queries where the offset "
+                f"exists, confidence > {findings.POSITIONAL_CONFIDENCE}) | {PAPER_SAYS['positional']} | "
+                f"{len(pos.heads)} of {n_enc}; best L{pos.head[0]}H{pos.head[1]} ({pos.offset:+d}): {pos.share:.2f} "
+                f"(all queries {pos.share_all:.2f}), confidence {pos.confidence:.2f} | {_holds(pos)} |")
+    margins = ", ".join(f"{r} {d} {m * 100:+.0f}" for r, d, m in syn.best_margins)
+    rows.append(f"| syntactic heads (>= {findings.SYNTACTIC_MARGIN * 100:.0f} points above the offset baseline, per "
+                f"query token) | {PAPER_SAYS['syntactic']} | relations held: {', '.join(syn.relations_held) or 'none'} "
+                f"(best margin per relation: {margins}) | {_holds(syn)} |")
+    if rare.share is not None:
+        rows.append(f"| a head points to the rarest token (>= {findings.RARE_FACTOR:g} x chance) | {PAPER_SAYS['rare_word']} | "
+                    f"L{rare.head[0]}H{rare.head[1]}: {rare.share:.0%} vs chance {rare.chance:.0%} | {_holds(rare)} |")
+    pr = v["prunable"]
+    rows.append(f"| most encoder heads prunable at small cost | {PAPER_SAYS['prunable']} | {pr.kept} of {n_enc} "
+                f"kept within {findings.PRUNE_BLEU_TOLERANCE:g} BLEU ({pr.bleu_kept - pr.bleu_full:+.2f}) | {_holds(pr)} |")
+    sv = v["specialised_survive"]
+    rows.append("| specialised heads survive pruning longest (role-carrying share of the survivors > of all "
+                f"heads, runs keeping at most half) | {PAPER_SAYS['specialised_survive']} | "
+                + ("; ".join(f"{k} kept: {sk:.0%} vs {sa:.0%}" for _, k, sk, sa in sv.detail) or "no such run")
+                + f" | {_holds(sv)} |")
+    ef = v["encoder_first"]
+    rows.append("| encoder self-attention pruned first, decoder-encoder last (share retained, all types gated) | "
+                f"{PAPER_SAYS['encoder_first']} | enc / dec-self / dec-enc kept: " + "; ".join(
+                    "/".join(str(d["kept"][k]) for k in ("enc", "dec_self", "dec_enc"))
+                    for d in ef.detail)
+                + f" of {n_enc} each; encoder first to lose half in {sum(d['first'] for d in ef.detail)} of "
+                f"{ef.runs} runs | {_holds(ef)} |")
+    dl = v["decoder_layers"]
+    rows.append(f"| decoder self-attention survives in lower layers, decoder-encoder in higher | "
+                f"{PAPER_SAYS['decoder_layers']} | mean layer "
+                f"(middle {(cfg.n_dec_layers - 1) / 2:g}): "
+                + ("; ".join(f"{k} {ml:.2f}" for k, ml, _ in dl.detail) or "no type lost heads")
+                + f" | {_holds(dl)} |")
+    ps = v["pruned_vs_scratch"]
+    rows.append(f"| pruned beats the same configuration from scratch | {PAPER_SAYS['pruned_vs_scratch']} | {ps.runs_held} of "
+                f"{ps.runs} | {_holds(ps)} |")
+    return rows
+
+
+def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed, verdicts=None):
+    """``report/README.md`` (findings beside the paper's, figures, tables), the figures and ``results.json``
+    (with every finding's verdict under "findings"). ``elapsed``: stage -> wall seconds of this run;
+    ``verdicts``: :func:`minihead.findings.study_verdicts` of these results (computed when not given)."""
     os.makedirs(out, exist_ok=True)
     L, H = study.cfg.n_enc_layers, study.cfg.n_heads
     figs = {}
@@ -168,63 +232,9 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
              + ", ".join(f"{k} {v / 60:.1f}" for k, v in elapsed.items()) + " min.", "",
              "## Findings, ours beside the paper's", "",
              "| finding | paper | ours | holds here |", "|---|---|---|---|"]
-    tq = summ.get("top_quarter_share_official", summ["top_quarter_share"])
-    tq_abs = summ.get("top_quarter_share_abs")
-    few = findings.few_heads(tq).held
-    lines.append(f"| a few heads carry most relevance (share of the top quarter of heads, per layer, relevance per "
-                 f"prediction) | few heads dominate | official variant: {', '.join(f'{t:.2f}' for t in tq)}"
-                 + (f"; z-rule magnitude shares: {', '.join(f'{t:.2f}' for t in tq_abs)}" if tq_abs else "")
-                 + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: 0.25) "
-                 f"| {'yes' if few else 'no'} |")
-    def rhos(name):
-        off = summ.get(f"rho_relevance_{name}_official")
-        return f"z-rule rho = {summ[f'rho_relevance_{name}']:.2f}" + ("" if off is None else f", official variant {off:.2f}")
-    rho = summ["rho_relevance_ablation"]
-    lines.append(f"| relevance agrees with single-head ablation (Spearman) | important heads matter | "
-                 f"{rhos('ablation')} | {'yes' if rho > 0 else 'no'} |")
-    lines.append(f"| important heads are confident (Spearman relevance~confidence) | yes | "
-                 f"{rhos('confidence')} | {'yes' if summ['rho_relevance_confidence'] > 0 else 'no'} |")
-    pos, syn, rare = findings.positional(rep), findings.syntactic(rep), findings.rare_word(rep)
-    lines.append(f"| positional heads (>= {findings.POSITIONAL_SHARE:.0%} on -1 or +1 over the queries where the offset "
-                 f"exists, confidence > {findings.POSITIONAL_CONFIDENCE}) | 5 of 48 (WMT) | "
-                 f"{len(pos.heads)} of {L * H}; best L{pos.head[0]}H{pos.head[1]} ({pos.offset:+d}): {pos.share:.2f} "
-                 f"(all queries {pos.share_all:.2f}), confidence {pos.confidence:.2f} | {'yes' if pos.held else 'no'} |")
-    margins = ", ".join(f"{r} {d} {m * 100:+.0f}" for r, d, m in syn.best_margins)
-    lines.append(f"| syntactic heads (>= {findings.SYNTACTIC_MARGIN * 100:.0f} points above the offset baseline, per "
-                 f"query token) | nsubj, dobj, amod, advmod | relations held: {', '.join(syn.relations_held) or 'none'} "
-                 f"(best margin per relation: {margins}) | {'yes' if syn.held else 'no'} |")
-    if rare.share is not None:
-        lines.append(f"| a head points to the rarest token (>= {findings.RARE_FACTOR:g} x chance) | 66% (OpenSubtitles) | "
-                     f"L{rare.head[0]}H{rare.head[1]}: {rare.share:.0%} vs chance {rare.chance:.0%} | "
-                     f"{'yes' if rare.held else 'no'} |")
-    full_bleu = base["bleu"]
-    small = [r for r in enc if r["bleu"] >= full_bleu - 1.0]
-    kept = min((r["n_retained"]["enc"] for r in small), default=L * H)
-    lines.append(f"| most encoder heads prunable at small cost | 10 of 48 kept, -0.15 BLEU (WMT) | {kept} of {L * H} "
-                 f"kept within 1 BLEU | {'yes' if kept <= L * H / 2 else 'no'} |")
-    from .prune import encoder_closes_first, survivor_layers, survivor_role_shares, type_order_holds
-    shares = survivor_role_shares(enc, rep.roles, L * H)          # [(lam, kept, share kept, share all)]
-    over = sum(sk > sa for _, _, sk, sa in shares)
-    lines.append("| specialised heads survive pruning longest (role-carrying share of the survivors > of all "
-                 "heads, runs keeping at most half) | all three functions remain at 17 of 48 heads | "
-                 + ("; ".join(f"{k} kept: {sk:.0%} vs {sa:.0%}" for _, k, sk, sa in shares) or "no such run")
-                 + f" | {'yes' if shares and over == len(shares) else 'partly' if over else 'no'} |")
-    ordered = [type_order_holds(r, study.cfg) for r in allk]
-    first = [encoder_closes_first(r, study.cfg)[0] for r in allk]
-    lines.append("| encoder self-attention pruned first, decoder-encoder last (share retained, all types gated) | "
-                 "yes | enc / dec-self / dec-enc kept: " + "; ".join(
-                     "/".join(str(r["n_retained"][k]) for k in ("enc", "dec_self", "dec_enc")) for r in allk)
-                 + f" of {L * H} each; encoder first to lose half in {sum(first)} of {len(allk)} runs | "
-                 f"{'yes' if all(ordered) and all(first) else 'partly' if any(ordered) else 'no'} |")
-    layer_checks = [c for r in allk for c in survivor_layers(r, study.cfg)]   # (kind, mean layer, holds)
-    lines.append(f"| decoder self-attention survives in lower layers, decoder-encoder in higher | yes | mean layer "
-                 f"(middle {(study.cfg.n_dec_layers - 1) / 2:g}): "
-                 + ("; ".join(f"{k} {ml:.2f}" for k, ml, _ in layer_checks) or "no type lost heads")
-                 + f" | {'yes' if layer_checks and all(h for *_, h in layer_checks) else 'partly' if any(h for *_, h in layer_checks) else 'no'} |")
+    v = verdicts or findings.study_verdicts(summ, rep, base, enc, allk, scratch, study.cfg)
+    lines += findings_rows(v, summ, study.cfg)
     paired = list(zip(allk[-len(scratch):], scratch)) if scratch else []
-    wins = sum(r["bleu"] >= sc["bleu"] for r, sc in paired)
-    lines.append(f"| pruned beats the same configuration from scratch | 7 of 7 configurations | {wins} of {len(paired)} "
-                 f"| {'yes' if paired and wins == len(paired) else 'partly' if wins else 'no'} |")
     lines += ["", f"![relevance]({figs['relevance']})", "", f"![pruning]({figs['prune']})", "",
               "## Table 1 shape: best head and offset baseline per relation (dev trees)", "",
               __import__("minihead.analysis", fromlist=["format_table"]).format_table(rep), "",
@@ -257,7 +267,8 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
                    "cached_stages": [name for name, d in stages if d.get("cached")],
                    "enc": [{k: r.get(k) for k in SWEEP_FIELDS} for r in enc],
                    "all": [{k: r.get(k) for k in SWEEP_FIELDS} for r in allk],
-                   "scratch": [sc["bleu"] for sc in scratch], "seconds": elapsed}, f, indent=1)
+                   "scratch": [sc["bleu"] for sc in scratch], "seconds": elapsed,
+                   "findings": {name: x.to_dict() for name, x in v.items()}}, f, indent=1)
     return path
 
 
@@ -265,29 +276,140 @@ SWEEP_FIELDS = ("lam", "n_retained", "bleu", "n_retained_continuous", "bleu_cont
                 "settled")
 
 
-def reproduce(quick=True, out="report", progress=True, log=print, scale=None):
-    """The whole study on data_small; ``scale`` (a dict like SCALES') overrides the named scale."""
+def study_overrides(s, seed=None):
+    """The preset settings of one model of scale ``s``: its ``train`` overrides (tests use tiny ones) and, when
+    ``seed`` differs from the preset's own, the seed. A seed equal to the preset's is not named, so
+    ``--seeds 1,2,3`` reuses the model (and every cached stage) that ``reproduce`` without ``--seeds`` trained."""
+    from .train import preset
+    over = dict(s.get("train", {}))
+    if seed is not None and seed != preset(s["study"], 1, **over)[1].seed:
+        over["seed"] = int(seed)
+    return over
+
+
+def run_study(s, out, progress=True, seed=None, runs=None, bar=None):
+    """Train (or read) one model of scale ``s`` (``seed``: see :func:`study_overrides`; ``runs``: the runs
+    folder, default ``runs/``), run every stage (each cached in the model's run folder) and write its report
+    into ``out``. Returns (report path, {finding: Verdict}, test BLEU, {stage: wall seconds})."""
     from .study import load_study
-    s = scale or SCALES["quick" if quick else "full"]
-    bar = _bar(7, progress)
+    own_bar = bar is None
+    bar = _bar(7, progress) if own_bar else bar
     elapsed, t0 = {}, time.time()
 
     def done(stage):                 # wall seconds per stage, for the report
         nonlocal t0
         elapsed[stage], t0 = time.time() - t0, time.time()
         bar.update(1)
-    study = load_study(s["study"], progress=progress)
+    study = load_study(s["study"], runs=runs, progress=progress, **study_overrides(s, seed))
     done("train")
     imp = importance_stage(study, s["n_dev"], s["n_ablation"])
     summ = importance_summary(imp)
     done("importance")
-    rep = roles_stage(study)
+    rep = roles_stage(study, s.get("n_trees"))
     done("roles")
     base, enc, allk, scratch = prune_stages(study, s, progress, done)
-    path = write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed)
+    verdicts = findings.study_verdicts(summ, rep, base, enc, allk, scratch, study.cfg)
+    path = write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed, verdicts)
     bar.update(1)
-    bar.close()
+    if own_bar:
+        bar.close()
+    return path, verdicts, base["bleu"], elapsed
+
+
+def reproduce(quick=True, out="report", progress=True, log=print, scale=None, seeds=None, runs=None):
+    """The whole study on data_small; ``scale`` (a dict like SCALES') overrides the named scale. Without
+    ``seeds``: one model (the preset's seed), its report in ``out``. With ``seeds`` (a list): one model per seed
+    (:func:`reproduce_seeds`). Returns the path of ``out``/README.md."""
+    s = scale or SCALES["quick" if quick else "full"]
+    if seeds is not None:
+        return reproduce_seeds(seeds, s, out, progress, log, runs)
+    path = run_study(s, out, progress, runs=runs)[0]
     log(f"report written to {path}")
+    return path
+
+
+def reproduce_seeds(seeds, s, out="report", progress=True, log=print, runs=None):
+    """The study over seeds: :func:`run_study` for each seed (its report in ``out/seed-<k>/``, its stages cached
+    in its own run folder), then ``out/README.md`` with, for every finding, the seeds in which it holds and
+    its numbers as mean +- sd with each seed's value, and ``out/study.json`` (see :func:`write_seeds_report`)."""
+    from tqdm.auto import tqdm
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"reproduce_seeds: seeds {seeds!r}: give at least one seed, each once")
+    per_seed = []
+    with tqdm(total=7 * len(seeds), desc="reproduce", unit="stage", disable=not progress) as bar:
+        for k in seeds:
+            bar.set_description(f"reproduce, seed {k}")
+            path, verdicts, bleu, elapsed = run_study(s, os.path.join(out, f"seed-{k}"), progress, seed=k, runs=runs,
+                                                      bar=bar)
+            per_seed.append({"seed": k, "report": os.path.relpath(path, out), "test_bleu": bleu,
+                             "seconds": elapsed, "findings": {n: v.to_dict() for n, v in verdicts.items()}})
+    path = write_seeds_report(out, s, per_seed)
+    log(f"report written to {path}")
+    return path
+
+
+# what the paper reports for each finding (the report's "paper" column)
+PAPER_SAYS = {
+    "few_heads": "few heads dominate", "relevance_ablation": "important heads matter", "confident": "yes",
+    "positional": "5 of 48 (WMT)", "syntactic": "nsubj, dobj, amod, advmod", "rare_word": "66% (OpenSubtitles)",
+    "prunable": "10 of 48 kept, -0.15 BLEU (WMT)", "specialised_survive": "all three functions remain at 17 of 48 heads",
+    "encoder_first": "yes", "decoder_layers": "yes", "pruned_vs_scratch": "7 of 7 configurations",
+}
+
+
+def _num(x, scale=1.0):
+    return "-" if x is None else f"{x * scale:.2f}"
+
+
+def seeds_table(summary):
+    """The report's table over seeds: per finding, the seeds in which it holds (status all / some / none) and
+    each of its numbers as mean +- sd (each seed's value in brackets)."""
+    lines = ["| finding | paper | holds in | numbers: mean +- sd (per seed) |", "|---|---|---|---|"]
+    for name, f in summary.items():
+        nums = "; ".join(f"{key} {_num(m)} +- {_num(sd)} ({', '.join(_num(x) for x in vals)})"
+                         for key, (m, sd, vals) in f["numbers"].items() if m is not None)
+        partly = f", partly in {f['partly_in']}" if f.get("partly_in") else ""
+        lines.append(f"| {findings.FINDINGS.get(name, name)} | {PAPER_SAYS.get(name, '')} | "
+                     f"{f['held_in']} of {f['of']} ({f['status']}{partly}) | {nums or '-'} |")
+    return "\n".join(lines)
+
+
+def write_seeds_report(out, s, per_seed):
+    """``out/README.md`` (the table over seeds, then a row per seed linking its own report), ``out/study.json``
+    and ``out/results.json``. study.json: {"study": preset, "scale": s, "seeds": [k, ...], "blas_threads": n,
+    "per_seed": [{"seed", "report", "test_bleu", "seconds", "findings": {name: Verdict.to_dict()}}],
+    "summary": :func:`minihead.findings.summarize` of the per-seed findings} (each number a list
+    [mean, sd, [per-seed values]]); results.json: the same without per_seed's findings."""
+    from .study import blas_threads
+    summary = findings.summarize([p["findings"] for p in per_seed])
+    seeds = [p["seed"] for p in per_seed]
+    n = len(seeds)
+    bleus = findings._mean_sd([p["test_bleu"] for p in per_seed])
+    lines = [f"# minihead reproduction report over {n} seeds ({'quick' if s['study'] == 'quick' else 'full'} scale)",
+             "", f"Preset `{s['study']}`, seeds {', '.join(map(str, seeds))} (one model each, trained, analysed and "
+             f"pruned alike; {blas_threads()} BLAS thread(s)). Test BLEU {_num(bleus[0])} +- {_num(bleus[1])} "
+             f"({', '.join(_num(b) for b in bleus[2])}). Wall time of this run: "
+             f"{sum(sum(p['seconds'].values()) for p in per_seed) / 60:.1f} min (cached stages are read, not "
+             "recomputed).", "",
+             "## Findings over seeds", "",
+             "A finding holds in a seed by the criterion of `minihead/findings.py` (the same as in each seed's "
+             "report). Status: all (holds in every seed), some, none. Numbers are fractions (shares, margins over "
+             "the offset baseline, Spearman rho) or BLEU; sd is the sample standard deviation over seeds.", "",
+             seeds_table(summary), "", "## Each seed", "",
+             "| seed | test BLEU | findings held | report |", "|---|---|---|---|"]
+    for p in per_seed:
+        held = [name for name, v in p["findings"].items() if v["held"]]
+        lines.append(f"| {p['seed']} | {p['test_bleu']:.2f} | {len(held)} of {len(p['findings'])}: "
+                     f"{', '.join(held) or 'none'} | [{p['report']}]({p['report']}) |")
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "README.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    doc = {"study": s["study"], "scale": s, "seeds": seeds, "blas_threads": blas_threads(), "per_seed": per_seed,
+           "summary": summary}
+    checkpoint.save_json(os.path.join(out, "study.json"), doc)
+    checkpoint.save_json(os.path.join(out, "results.json"),
+                         {**doc, "per_seed": [{k: v for k, v in p.items() if k != "findings"} for p in per_seed]})
     return path
 
 
@@ -347,6 +469,9 @@ def add_reproduce_command(subparsers):
     p.add_argument("--train-tgt", help="... target side")
     p.add_argument("--dev-src"), p.add_argument("--dev-tgt"), p.add_argument("--test-src"), p.add_argument("--test-tgt")
     p.add_argument("--conllu", help="gold trees of real source-language sentences, for the head roles")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 1,2,3: one model per seed, each "
+                   "seed's report in OUT/seed-K/, and OUT/README.md and OUT/study.json tell in how many seeds each "
+                   "finding holds (default: one model, the preset's seed)")
 
     def run(a):
         if a.train_src or a.train_tgt:
@@ -355,6 +480,10 @@ def add_reproduce_command(subparsers):
             out = a.out if a.out != "report" else "report-real"
             return reproduce_real(a.train_src, a.train_tgt, a.conllu, a.dev_src, a.dev_tgt, a.test_src,
                                   a.test_tgt, a.quick, out, not a.no_progress)
-        return reproduce(a.quick, a.out, not a.no_progress)
+        seeds = getattr(a, "seeds_list", None)
+        if seeds is None and a.seeds is not None:      # called without minihead.cli's checks
+            from .emergence import parse_seeds
+            seeds = parse_seeds(a.seeds)
+        return reproduce(a.quick, a.out, not a.no_progress, seeds=seeds)
     p.set_defaults(func=run)
     return p

@@ -2,18 +2,24 @@
 
 It uses the cached quick model (trained by the chapters or by the first test that needs it) and
 tiny sweeps, and checks that the report holds every finding row beside the paper's number, that
-the stages are cached (a second run recomputes nothing), and that the real-corpus path runs."""
+the stages are cached (a second run recomputes nothing), and that the real-corpus path runs. The
+study over seeds trains its own tiny models (a few steps each) in a temporary runs folder."""
 import json
 import pathlib
+import statistics
 
 import pytest
 
-from minihead import reproduce
+from minihead import findings, reproduce, study
 from minihead.cache import CacheError, cached_json, key_hash
+from minihead.cli import main
 
 TINY = {"study": "quick", "n_dev": 40, "n_test": 40, "n_ablation": 10, "enc_lambdas": (0.05,),
         "all_lambdas": (0.05,), "prune_steps": 15, "n_scratch": 1, "scratch_steps": 20,
         "prune": {"lr_gates": 0.2, "max_tokens": 1250}}
+# a model trained for three steps (seconds): for the study over seeds, which trains one per seed
+TINY_MODEL = {"max_steps": 3, "eval_every": 3, "d_model": 16, "n_heads": 2, "d_ff": 16, "n_train": 60,
+              "dev_bleu_sentences": 4}
 
 
 def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
@@ -42,6 +48,83 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
     assert len(again.pop("cached_stages")) == 5, "importance, baseline, two prunings and from scratch all cached"
     results.pop("cached_stages"), again.pop("seconds")
     assert again == results
+
+
+def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
+    """reproduce(seeds=[1, 2]) on tiny models: out/README.md holds the table over seeds (every finding with
+    "k of 2" and its numbers), each seed's own report is in out/seed-K/, study.json parses and its summary is
+    findings.summarize of its per-seed verdicts (held_in counts the seeds, status all/some/none, means over
+    the per-seed values); each seed's stages are cached in its own run folder (seed 1, the preset's, shares
+    the folder of the model trained without --seeds), and a second call reads every cache (no file rewritten,
+    same verdicts)."""
+    scale = {**TINY, "n_dev": 20, "n_test": 10, "n_ablation": 5, "n_trees": 30, "train": TINY_MODEL}
+    runs = tmp_path / "runs"
+
+    def run(out):
+        return reproduce.reproduce(out=str(tmp_path / out), progress=False, scale=scale, seeds=[1, 2],
+                                   runs=str(runs), log=lambda *a: None)
+    text = pathlib.Path(run("report")).read_text()
+    assert "## Findings over seeds" in text and "seed-2/README.md" in text
+    for name, label in findings.FINDINGS.items():
+        assert any(line.startswith(f"| {label} |") and " of 2 (" in line for line in text.splitlines()), name
+    assert (tmp_path / "report" / "seed-1" / "README.md").exists() and (tmp_path / "report" / "seed-2" / "relevance.png").exists()
+    doc = json.loads((tmp_path / "report" / "study.json").read_text())
+    assert doc["seeds"] == [1, 2] and [p["seed"] for p in doc["per_seed"]] == [1, 2]
+    summary = doc["summary"]
+    assert list(summary) == list(findings.FINDINGS)
+    assert summary == json.loads(json.dumps(findings.summarize([p["findings"] for p in doc["per_seed"]])))
+    for name, f in summary.items():
+        held = [p["findings"][name]["held"] for p in doc["per_seed"]]
+        assert (f["held_in"], f["of"]) == (sum(held), 2)
+        assert f["status"] == ("all" if all(held) else "some" if any(held) else "none")
+        for key, (mean, sd, values) in f["numbers"].items():
+            xs = [x for x in values if x is not None]
+            assert len(values) == 2 and (mean is None if not xs else mean == pytest.approx(statistics.fmean(xs)))
+    bleu = summary["prunable"]["numbers"]["bleu_full"][2]
+    assert bleu == [p["test_bleu"] for p in doc["per_seed"]]
+    folders = sorted(p.name for p in runs.iterdir() if p.is_dir())
+    assert len(folders) == 2 and sum("-seed2-" in f for f in folders) == 1
+    assert study.run_folder("quick", runs=str(runs), **TINY_MODEL) in [str(runs / f) for f in folders]
+    caches = {p: p.stat().st_mtime_ns for f in folders for p in (runs / f).glob("*.json")}
+    for f in folders:
+        kinds = {p.name.split("-")[0] for p in (runs / f).glob("*.json")}
+        assert {"importance", "prune", "scratch"} <= kinds, (f, kinds)
+    run("again")
+    again = json.loads((tmp_path / "again" / "study.json").read_text())
+    assert {p: p.stat().st_mtime_ns for p in caches} == caches, "no cache file rewritten"
+    assert [p["findings"] for p in again["per_seed"]] == [p["findings"] for p in doc["per_seed"]]
+    for k in (1, 2):
+        seed_results = json.loads((tmp_path / "again" / f"seed-{k}" / "results.json").read_text())
+        assert len(seed_results["cached_stages"]) == 5 and seed_results["findings"] == doc["per_seed"][k - 1]["findings"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["reproduce", "--seeds", "1,x"], "--seeds '1,x': give whole numbers"),
+    (["reproduce", "--seeds", "2,2"], "each once"),
+    (["reproduce", "--seeds", "1", "--train-src", "a", "--train-tgt", "b", "--conllu", "c"],
+     "--seeds: the study over seeds runs on data_small"),
+])
+def test_reproduce_refuses_bad_seeds_in_one_line(argv, message, capsys):
+    """reproduce --seeds takes distinct whole numbers, and only on data_small: anything else exits 2 with one
+    line naming the problem, before any work."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_a_model_trained_under_another_blas_thread_count_is_never_reused(tmp_path, monkeypatch):
+    """README command one (reproduce, the machine's BLAS threads: 2 on a 2-core machine) then command two (the
+    tests, one thread by conftest): load_study's run folder names the thread count, so a model trained under
+    another count sits in another folder and the test session trains its own instead of loading it."""
+    threads = study.blas_threads()
+    monkeypatch.setattr(study, "blas_threads", lambda: threads + 1)
+    other = study.load_study("quick", runs=str(tmp_path), progress=False, **TINY_MODEL)
+    monkeypatch.undo()
+    mine = study.load_study("quick", runs=str(tmp_path), progress=False, **TINY_MODEL)
+    assert f"-t{threads + 1}-" in other.path and f"-t{threads}-" in mine.path
+    assert pathlib.Path(other.path).parent != pathlib.Path(mine.path).parent
+    assert len(list(tmp_path.iterdir())) == 2
 
 
 def test_real_corpus_needs_its_three_files():
