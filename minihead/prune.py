@@ -38,7 +38,7 @@ import inspect
 import os
 from dataclasses import asdict, dataclass, replace
 
-from . import backend, checkpoint
+from . import backend, checkpoint, paper
 from .cache import cached_json, key_hash   # the stage cache (minihead/cache.py)
 from .backend import xp
 from .data.vocab import batches
@@ -288,13 +288,13 @@ def specialised_share(retained, roles):
 # One copy of each reading of the sweeps, for chapters 5 and 6 and the reproduce report.
 def survivor_role_shares(runs, roles, n_heads):
     """Figure 8's claim, run by run: (lam, heads kept, share of role-carrying heads among the survivors, share
-    among all heads) for every encoder run of :func:`sweep` that pruned at least half of the n_heads encoder
-    heads and kept at least one. The claim (specialised heads survive longest) holds where the first share
+    among all heads) for every encoder run of :func:`sweep` that kept at most ``paper.PRUNE_KEEP_SHARE`` (half)
+    of the n_heads encoder heads and at least one. The claim (specialised heads survive longest) holds where the first share
     exceeds the second."""
     out = []
     for r in sorted(runs, key=lambda r: -r["n_retained"]["enc"]):
         kept = r["n_retained"]["enc"]
-        if 0 < kept <= n_heads // 2:
+        if 0 < kept <= n_heads * paper.PRUNE_KEEP_SHARE:
             out.append((r["lam"], kept, *specialised_share(xp.asarray(r["retained"]["enc"]), roles)))
     return out
 
