@@ -8,6 +8,11 @@ number beside ours (``minihead.paper``).
 
 On data_small (default) or on a real corpus: ``--train-src/--train-tgt`` (BPE learned on it) and
 ``--conllu`` (gold trees of real English) for the head roles.
+
+Every verdict ("holds here") is a criterion of :mod:`minihead.findings`. ``--seeds 1,2,3`` runs the study once
+per seed (each model and its stages in its own run folder, each seed's report in ``report/seed-K/``) and adds
+what one model cannot tell: in how many seeds each finding holds, and its numbers as mean +- sd over seeds
+(``report/README.md``; ``report/study.json`` for the chapters, laid out by :func:`minihead.findings.summarize`).
 """
 import json
 import os
@@ -137,6 +142,21 @@ def _fig(path, draw):
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return os.path.basename(path)
+
+
+# what the paper reports for each finding (the report's "paper" column)
+_N48 = paper.SETTING["encoder_heads"]          # the paper's numbers come from minihead/paper.py
+_N_TABLE2 = sum(len(rows) for rows in paper.TABLE2.values())
+PAPER_SAYS = {
+    "few_heads": "few heads dominate", "relevance_ablation": "important heads matter", "confident": "yes",
+    "positional": f"{paper.SURVIVOR_ROLES_AT_48['positional']} of {_N48} (WMT)",
+    "syntactic": "nsubj, dobj, amod, advmod",
+    "rare_word": f"{paper.RARE['rarest']['OpenSubtitles']:.0%} (OpenSubtitles)",
+    "prunable": "{1} of {0} kept, {2:+.2f} BLEU ({3})".format(_N48, *paper.ENCODER_PRUNING[0][1:],
+                                                               paper.ENCODER_PRUNING[0][0].split()[0]),
+    "specialised_survive": f"all three functions remain at 17 of {_N48} heads",
+    "encoder_first": "yes", "decoder_layers": "yes", "pruned_vs_scratch": f"{_N_TABLE2} of {_N_TABLE2} configurations",
+}
 
 
 def _holds(v):
@@ -348,17 +368,8 @@ def reproduce_seeds(seeds, s, out="report", progress=True, log=print, runs=None)
     return path
 
 
-# what the paper reports for each finding (the report's "paper" column)
-PAPER_SAYS = {
-    "few_heads": "few heads dominate", "relevance_ablation": "important heads matter", "confident": "yes",
-    "positional": "5 of 48 (WMT)", "syntactic": "nsubj, dobj, amod, advmod", "rare_word": "66% (OpenSubtitles)",
-    "prunable": "10 of 48 kept, -0.15 BLEU (WMT)", "specialised_survive": "all three functions remain at 17 of 48 heads",
-    "encoder_first": "yes", "decoder_layers": "yes", "pruned_vs_scratch": "7 of 7 configurations",
-}
-
-
-def _num(x, scale=1.0):
-    return "-" if x is None else f"{x * scale:.2f}"
+def _num(x):
+    return "-" if x is None else f"{x:.2f}"
 
 
 def seeds_table(summary):
