@@ -24,6 +24,7 @@ Every verdict is a :class:`Verdict`: ``held``, the numbers behind it, and ``numb
 :func:`study_verdicts` gives every finding of one trained and pruned model; :data:`FINDINGS` names them in the
 order of the report.
 """
+import math
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -356,9 +357,9 @@ def study_verdicts(summary, report, base, enc, allk, scratch, cfg):
 
 # --------------------------------------------------------------------------- over seeds
 def _mean_sd(values):
-    """(mean, sample standard deviation, values) over the non-None values; sd 0 for one value, (None, None)
-    for none."""
-    xs = [float(v) for v in values if v is not None]
+    """(mean, sample standard deviation, values) over the values that were measured (not None, not NaN: a
+    Spearman rho of a constant score); sd 0 for one such value, mean and sd None for none."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(v)]
     if not xs:
         return (None, None, list(values))
     return (statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0, list(values))
@@ -369,7 +370,7 @@ def summarize(per_seed):
     ``to_dict()``}. Returns, per finding in the order first seen, {"held_in": k, "of": n, "status": "all" |
     "some" | "none", "partly_in": seeds where it held in part, "numbers": {name: (mean, sd, values)}}, where
     ``values`` lists each seed's number in order (None where a seed did not measure it; mean and sd are over
-    the others, sd the sample standard deviation, 0 for one seed). Chapters assert a finding whose status is
+    the others, NaN values left out too, sd the sample standard deviation, 0 for one seed). Chapters assert a finding whose status is
     "all", show one that is "some", and state one that is "none" as not reproduced."""
     if not per_seed:
         raise ValueError("summarize: no seeds given")

@@ -124,7 +124,7 @@ def test_pruned_beats_scratch_needs_every_configuration_at_least_equal():
 def test_summarize_counts_seeds_and_averages_numbers():
     """findings.summarize over per-seed verdicts (Verdicts or their to_dict): held_in / of and the status all /
     some / none; each number as (mean, sample sd, per-seed values), a None value left out of mean and sd but
-    kept in the values; one seed has sd 0; a finding missing in one seed and an empty list are errors."""
+    kept in the values (so is a NaN); one seed has sd 0; a finding missing in one seed and an empty list are errors."""
     seeds = [{"confident": findings.important_heads_confident(0.2), "scratch": findings.pruned_beats_scratch([2.0], [1.0])},
              {"confident": findings.important_heads_confident(0.4).to_dict(),
               "scratch": findings.pruned_beats_scratch([1.0], [1.0]).to_dict()},
@@ -136,6 +136,9 @@ def test_summarize_counts_seeds_and_averages_numbers():
     mean, sd, values = s["confident"]["numbers"]["rho"]
     assert values == [0.2, 0.4, -0.3] and mean == pytest.approx(0.1) and sd == pytest.approx(np.std(values, ddof=1))
     assert s["confident"]["numbers"]["rho_official"] == (0.1, 0.0, [None, None, 0.1])
+    nan = findings.summarize([{"c": findings.important_heads_confident(float("nan"))},
+                              {"c": findings.important_heads_confident(0.5)}])["c"]
+    assert nan["held_in"] == 1 and nan["numbers"]["rho"][:2] == (0.5, 0.0)          # a NaN rho is not averaged
     assert s["scratch"]["status"] == "some" and s["scratch"]["partly_in"] == 1
     assert s["scratch"]["numbers"]["bleu_gap"][2] == [1.0, 0.0, 0.5]
     assert findings.summarize(seeds[:2])["scratch"]["status"] == "all"
