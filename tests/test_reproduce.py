@@ -115,6 +115,18 @@ def test_reproduce_refuses_bad_seeds_in_one_line(argv, message, capsys):
     assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
 
 
+def test_reproduce_command_passes_its_seeds(tmp_path, monkeypatch):
+    """python -m minihead reproduce --quick --seeds 3,1 runs the study over those seeds, in that order, into
+    --out; without --seeds it runs the one model of the preset's seed (seeds None)."""
+    calls = []
+    monkeypatch.setattr(study, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(reproduce, "reproduce", lambda *a, **kw: calls.append((a, kw)))
+    main(["reproduce", "--quick", "--seeds", "3,1", "--out", str(tmp_path / "r"), "--no-progress"])
+    main(["reproduce", "--quick", "--out", str(tmp_path / "r"), "--no-progress"])
+    assert calls == [((True, str(tmp_path / "r"), False), {"seeds": [3, 1]}),
+                     ((True, str(tmp_path / "r"), False), {"seeds": None})]
+
+
 def test_a_model_trained_under_another_blas_thread_count_is_never_reused(tmp_path, monkeypatch):
     """README command one (reproduce, the machine's BLAS threads: 2 on a 2-core machine) then command two (the
     tests, one thread by conftest): load_study's run folder names the thread count, so a model trained under
