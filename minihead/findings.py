@@ -388,3 +388,47 @@ def summarize(per_seed):
                      "partly_in": sum(bool(v.get("partly")) for v in verdicts),
                      "numbers": {key: _mean_sd([v.get("numbers", {}).get(key) for v in verdicts]) for key in keys}}
     return out
+
+
+# --------------------------------------------------------------------------- the chapters' closing claims
+def check_claims(summary, verdicts, names=None, log=print):
+    """The closing check of a chapter (issue 14): each finding in ``names`` (default: every finding of
+    ``verdicts``) judged on the chapter's own model (``verdicts``: {name: Verdict}) against the study over seeds
+    (``summary``: :func:`summarize` of ``python -m minihead reproduce --seeds``):
+
+    * status "all" (held in every seed): a claim; asserted to hold for this model as well;
+    * status "some": shown with each seed's numbers and this model's verdict, asserted neither way;
+    * status "none": stated as not reproduced at this scale, with the numbers (asserted neither way).
+
+    Nothing here depends on one model's numbers except through a finding that held in every seed. Returns
+    {name: status}; raises AssertionError naming the finding, the study's count and this model's numbers when
+    a claim fails."""
+    names = list(verdicts) if names is None else list(names)
+    out = {}
+    for name in names:
+        if name not in summary:
+            raise KeyError(f"check_claims: the study has no finding {name!r} (it has {', '.join(summary)})")
+        f, v = summary[name], verdicts[name]
+        mine = v.numbers() if isinstance(v, Verdict) else v.get("numbers", {})
+        held = bool(v.held if isinstance(v, Verdict) else v["held"])
+        nums = "; ".join(f"{k} {_fmt(m)} +- {_fmt(sd)} [{', '.join(_fmt(x) for x in vals)}]"
+                         for k, (m, sd, vals) in f["numbers"].items() if m is not None)
+        here = ", ".join(f"{k} {_fmt(x)}" for k, x in mine.items())
+        what = FINDINGS.get(name, name)
+        if f["status"] == "all":
+            log(f"CLAIM  {what}: held in all {f['of']} seeds of the study; this model: "
+                f"{'holds' if held else 'DOES NOT HOLD'} ({here})")
+            assert held, (f"{what} ({name}) held in all {f['of']} seeds of the study but not in this model: {here}; "
+                          f"study: {nums}")
+        elif f["status"] == "some":
+            log(f"SHOWN  {what}: held in {f['held_in']} of {f['of']} seeds (not a claim); this model: "
+                f"{'holds' if held else 'does not hold'} ({here}); seeds: {nums}")
+        else:
+            log(f"NOT REPRODUCED at this scale  {what}: held in 0 of {f['of']} seeds; seeds: {nums}; "
+                f"this model: {'holds' if held else 'does not hold'} ({here})")
+        out[name] = f["status"]
+    return out
+
+
+def _fmt(x):
+    return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)

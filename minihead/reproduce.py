@@ -21,6 +21,7 @@ import time
 from . import backend, checkpoint, paper
 from . import findings
 from .backend import xp
+from .errors import MiniheadError
 
 # Settings of each scale. Chapters 2, 5 and 6 read them from here, so their cached stages are shared.
 # n_scratch: the most pruned all-attention configurations also trained from scratch; scratch_steps None = the
@@ -417,11 +418,47 @@ def write_seeds_report(out, s, per_seed):
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     doc = {"study": s["study"], "scale": s, "seeds": seeds, "blas_threads": blas_threads(), "per_seed": per_seed,
-           "summary": summary}
+           "summary": summary, "provenance": study_provenance(s)}
     checkpoint.save_json(os.path.join(out, "study.json"), doc)
     checkpoint.save_json(os.path.join(out, "results.json"),
                          {**doc, "per_seed": [{k: v for k, v in p.items() if k != "findings"} for p in per_seed]})
     return path
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository: data_small/, chapters/
+STUDIES = os.path.join(ROOT, "chapters", "studies")                   # the shipped studies over seeds
+
+
+def study_provenance(s, data=None):
+    """What determines a study's verdicts besides the code: the scale's settings, the preset's model and training
+    settings, and the content hash of the data (text and dev trees). Stored in study.json; a shipped study whose
+    provenance differs from today's is stale (:func:`load_shipped_study`)."""
+    from .study import data_fingerprint
+    from .train import PRESETS
+    m, t = PRESETS[s["study"]]
+    data = data or os.path.join(ROOT, "data_small")
+    names = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
+    return json.loads(json.dumps({"scale": s, "preset": {"model": m, "train": t},
+                                  "data": data_fingerprint(data, names)}))
+
+
+def load_shipped_study(scale="quick"):
+    """The study over seeds that the chapters judge their claims by: ``chapters/studies/<scale>.json``, a copy
+    of the study.json written by ``python -m minihead reproduce [--quick] --seeds 1,2,3``. Refused, with the
+    command that remakes it, when missing or when its provenance (settings, data) differs from today's."""
+    path = os.path.join(STUDIES, f"{scale}.json")
+    remake = (f"remake it with `python -m minihead reproduce {'--quick ' if scale == 'quick' else ''}--seeds 1,2,3 "
+              f"--out report-{scale}` and copy report-{scale}/study.json to chapters/studies/{scale}.json")
+    if not os.path.exists(path):
+        raise MiniheadError(f"{path}: no study over seeds at the {scale} scale; {remake}")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    want = study_provenance(SCALES[scale])
+    have = doc.get("provenance", {})
+    for k in want:
+        if have.get(k) != want[k]:
+            raise MiniheadError(f"{path}: stale, its {k} differs from today's ({have.get(k)!r} vs {want[k]!r}); {remake}")
+    return doc
 
 
 def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, test_src=None, test_tgt=None,

@@ -148,3 +148,23 @@ def test_summarize_counts_seeds_and_averages_numbers():
         findings.summarize([seeds[0], {"confident": seeds[1]["confident"]}])
     with pytest.raises(ValueError, match="no seeds"):
         findings.summarize([])
+
+
+def test_check_claims_asserts_only_what_held_in_every_seed():
+    """Issue 14's rule for the chapters: a finding held in every seed of the study ("all") is asserted for the
+    chapter's model (AssertionError naming the finding when it fails); one held in some seeds, or in none, is
+    printed with the seeds' numbers and never asserted, whatever this model shows."""
+    seeds = [{"a": findings.relevance_agrees_with_ablation(0.5), "b": findings.relevance_agrees_with_ablation(r),
+              "c": findings.relevance_agrees_with_ablation(-0.2)} for r in (0.4, -0.1)]
+    summary = findings.summarize(seeds)
+    assert [summary[k]["status"] for k in "abc"] == ["all", "some", "none"]
+    lines = []
+    mine = {"a": findings.relevance_agrees_with_ablation(0.1), "b": findings.relevance_agrees_with_ablation(-0.3),
+            "c": findings.relevance_agrees_with_ablation(0.9)}
+    assert findings.check_claims(summary, mine, log=lines.append) == {"a": "all", "b": "some", "c": "none"}
+    assert lines[0].startswith("CLAIM") and lines[1].startswith("SHOWN") and lines[2].startswith("NOT REPRODUCED")
+    assert "0.40" in lines[1] and "-0.10" in lines[1]          # each seed's rho is shown
+    with pytest.raises(AssertionError, match="held in all 2 seeds of the study but not in this model"):
+        findings.check_claims(summary, {**mine, "a": findings.relevance_agrees_with_ablation(-0.1)}, log=lines.append)
+    with pytest.raises(KeyError, match="no finding 'zzz'"):
+        findings.check_claims(summary, {"zzz": mine["a"]}, log=lines.append)

@@ -194,3 +194,22 @@ def test_cache_write_is_atomic_and_leaves_no_temporary(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         cached_json(str(path), {"a": 2}, lambda: {"value": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["stage.json"] and path.read_text() == before
+
+
+def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
+    """The chapters judge their claims by chapters/studies/<scale>.json; it is refused, with the command that
+    remakes it, when the file is missing or when its provenance (scale settings, preset, data hash) is not
+    today's, and read when it matches."""
+    import json as _json
+    from minihead import reproduce as R
+    from minihead.errors import MiniheadError
+    monkeypatch.setattr(R, "STUDIES", str(tmp_path))
+    with pytest.raises(MiniheadError, match=r"quick.json: no study over seeds.*reproduce --quick --seeds 1,2,3"):
+        R.load_shipped_study("quick")
+    doc = {"summary": {}, "provenance": R.study_provenance(R.SCALES["quick"])}
+    (tmp_path / "quick.json").write_text(_json.dumps(doc))
+    assert R.load_shipped_study("quick")["summary"] == {}
+    doc["provenance"]["data"] = "00000000"
+    (tmp_path / "quick.json").write_text(_json.dumps(doc))
+    with pytest.raises(MiniheadError, match="stale, its data differs"):
+        R.load_shipped_study("quick")
