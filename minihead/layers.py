@@ -114,13 +114,17 @@ def layernorm_forward(x, g, b, eps=1e-6):
     return y, (xc, xhat, rstd, g)
 
 
-def layernorm_backward(dy, cache):
+def layernorm_backward(dy, cache, inplace=False):
     """dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g dy; dg = sum dy xhat; db = sum dy.
 
-    Computed as dx = rstd dxhat - xhat (rstd mean(dxhat xhat)) - rstd mean(dxhat), in place."""
+    Computed as dx = rstd dxhat - xhat (rstd mean(dxhat xhat)) - rstd mean(dxhat), in place.
+    ``inplace=True``: ``dy`` is the caller's own fresh array and becomes dx (dg and db are taken first)."""
     xc, xhat, rstd, g = cache
     d = xhat.shape[-1]
-    dxhat = dy * g                                           # (..., d)
+    dy2 = dy.reshape(-1, d)                                  # (N, d)
+    dg = xp.einsum("nd,nd->d", dy2, xhat.reshape(-1, d))     # (d,) sum dy xhat, no temporary
+    db = _col_sum(dy2)                                       # (d,)
+    dxhat = xp.multiply(dy, g, out=dy) if inplace else dy * g  # (..., d)
     m1 = _row_sum(dxhat) * (rstd / d)                        # (..., 1) rstd mean(dxhat)
     m2 = _row_dot(dxhat, xhat) * (rstd / d)                  # (..., 1) rstd mean(dxhat xhat)
     dx = dxhat
@@ -128,9 +132,6 @@ def layernorm_backward(dy, cache):
     t = xhat * m2                                            # (..., d)
     dx -= t
     dx -= m1                                                 # (..., d)
-    dy2 = dy.reshape(-1, d)                                  # (N, d)
-    dg = xp.einsum("nd,nd->d", dy2, xhat.reshape(-1, d))     # (d,) sum dy xhat, no temporary
-    db = _col_sum(dy2)                                       # (d,)
     return dx, dg, db
 
 
@@ -195,8 +196,18 @@ def residual_backward(dy, cache):
 
 
 # --------------------------------------------------------------------------- softmax and loss
-def softmax_forward(s, bias=None):
-    """p = exp(s + bias - max) / sum exp(...) over the last axis; ``bias`` is 0 or NEG_INF (masking)."""
+def softmax_forward(s, bias=None, inplace=False):
+    """p = exp(s + bias - max) / sum exp(...) over the last axis; ``bias`` is 0 or NEG_INF (masking).
+
+    ``inplace=True``: the caller hands over ``s`` (nothing else holds it), which then becomes p (the same
+    operations in the same order, without the two temporaries)."""
+    if inplace and _owned(s):
+        if bias is not None:
+            s += bias                                        # (..., K) s + bias
+        s -= _row_max(s)                                     # (..., K) stabilised
+        e = xp.exp(s, out=s)                                 # (..., K)
+        e /= _row_sum(e)
+        return e, e
     if bias is not None:
         s = s + bias
     z = s - _row_max(s)                                      # (..., K) stabilised
@@ -222,16 +233,22 @@ def log_softmax(s):
     return z - xp.log(xp.exp(z).sum(-1, keepdims=True))      # (..., V)
 
 
-def xent_forward(logits, targets, mask, smoothing=0.0):
+def xent_forward(logits, targets, mask, smoothing=0.0, inplace=False):
     """Label-smoothed cross-entropy averaged over real (unmasked) tokens (Szegedy et al. 2016).
 
     q = (1 - eps) onehot(y) + eps / V;  loss = sum_n m_n (-sum_v q_nv log p_nv) / sum_n m_n.
     logits (N, V), targets (N,) int, mask (N,) bool. Returns (loss, nll_sum, cache); ``nll_sum`` is the
     unsmoothed negative log-likelihood summed over real tokens (for perplexity and reporting).
     With z = logits - max and lse = log sum_v exp z_v: -log p_ny = lse_n - z_ny and
-    -mean_v log p_nv = lse_n - mean_v z_nv, so log p itself is never built; the cache keeps exp z."""
+    -mean_v log p_nv = lse_n - mean_v z_nv, so log p itself is never built; the cache keeps exp z.
+    ``inplace=True``: the caller hands over ``logits`` (nothing else holds it), which then becomes exp z
+    (the same operations, without a second (N, V) array: the output layer's are the largest of a step)."""
     N, V = logits.shape
-    z = logits - logits.max(-1, keepdims=True)               # (N, V)
+    if inplace and _owned(logits):
+        z = logits
+        z -= logits.max(-1, keepdims=True)                   # (N, V)
+    else:
+        z = logits - logits.max(-1, keepdims=True)           # (N, V)
     z_mean = _row_sum(z)[:, 0] * (1.0 / V)                   # (N,)
     nll_minus_lse = -z[xp.arange(N), targets]                # (N,) -z_ny
     e = xp.exp(z, out=z) if _owned(z) else xp.exp(z)         # (N, V) exp z
@@ -246,12 +263,18 @@ def xent_forward(logits, targets, mask, smoothing=0.0):
     return loss, (nll * w).sum(), (e, se, targets, w, n_real, smoothing)
 
 
-def xent_backward(cache):
-    """dlogits_n = m_n (softmax(logits_n) - q_n) / sum m, softmax = exp z / sum exp z."""
+def xent_backward(cache, inplace=False):
+    """dlogits_n = m_n (softmax(logits_n) - q_n) / sum m, softmax = exp z / sum exp z.
+
+    ``inplace=True``: the cache's exp z (read by nothing else) becomes dlogits, so the cache is spent."""
     e, se, targets, w, n_real, smoothing = cache
     N, V = e.shape
     wn = w / n_real                                          # (N,)
-    d = e * (wn / se)[:, None]                               # (N, V) m_n softmax / sum m
+    if inplace:
+        d = e
+        d *= (wn / se)[:, None]                              # (N, V) m_n softmax / sum m
+    else:
+        d = e * (wn / se)[:, None]                           # (N, V) m_n softmax / sum m
     d -= (wn * (smoothing / V))[:, None]                     # the uniform part of q
     d[xp.arange(N), targets] -= wn * (1.0 - smoothing)       # the one-hot part of q
     return d
@@ -329,7 +352,7 @@ def mha_forward(xq, xkv, p, bias, n_heads, gate=None, attn_drop=0.0, rng=None, k
         S *= scale
     else:
         S = S * scale
-    A, _ = softmax_forward(S, bias)                          # (B, H, Tq, Tk)
+    A, _ = softmax_forward(S, bias, inplace=True)            # (B, H, Tq, Tk), S is ours
     A_d, c_drop = dropout_forward(A, attn_drop, rng)         # (B, H, Tq, Tk)
     if gate is None:
         Z, concat = _merged_matmul(A_d, Vh)                  # (B, H, Tq, dh) head outputs, (B, Tq, d)

@@ -146,7 +146,7 @@ def sublayer_backward(dy, c, f_backward, cfg, grads):
     if cfg.pre_norm:
         dfx = dropout_backward(dy, c["drop"])
         dh, extra = f_backward(dfx, c["f"])
-        dx, dg, db = layernorm_backward(dh, c["ln"])
+        dx, dg, db = layernorm_backward(dh, c["ln"], inplace=True)  # dh is f_backward's fresh array
         dx += dy                                             # residual branch + sublayer branch (dx is fresh)
     else:
         dr, dg, db = layernorm_backward(dy, c["ln"])
@@ -333,16 +333,17 @@ def loss_forward(params, cfg, batch, gates=None, rng=None):
     """Label-smoothed cross-entropy of a batch under teacher forcing: (loss, nll_sum, cache)."""
     logits, cache = forward(params, cfg, batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, gates, rng)
     B, T, V = logits.shape
-    loss, nll_sum, c_x = xent_forward(logits.reshape(B * T, V), batch.tgt_out.reshape(-1),
-                                      batch.tgt_mask.reshape(-1), cfg.label_smoothing)
+    loss, nll_sum, c_x = xent_forward(logits.reshape(B * T, V), batch.tgt_out.reshape(-1),  # logits are ours
+                                      batch.tgt_mask.reshape(-1), cfg.label_smoothing, inplace=True)
     cache["xent"] = c_x
     return loss, nll_sum, cache
 
 
 def loss_and_grads(params, cfg, batch, gates=None, rng=None):
-    """One training step's numbers: loss, gradients of every parameter, and info (nll, dgates)."""
+    """One training step's numbers: loss, gradients of every parameter, and info (nll, dgates, and the
+    forward cache, whose ``xent`` entry the backward pass has spent: its exp z array became dlogits)."""
     loss, nll_sum, cache = loss_forward(params, cfg, batch, gates, rng)
     B, T = batch.tgt_in.shape
-    dlogits = xent_backward(cache["xent"]).reshape(B, T, -1)  # (B, T, V)
+    dlogits = xent_backward(cache["xent"], inplace=True).reshape(B, T, -1)  # (B, T, V), spends cache["xent"]
     grads, dgates = backward(dlogits, cache)
     return loss, grads, {"nll_sum": nll_sum, "dgates": dgates, "cache": cache}

@@ -273,3 +273,32 @@ def test_in_place_forwards_equal_the_out_of_place_ones(rng, monkeypatch):
     slow = run()
     for a, c in zip(fast, slow):
         assert np.array_equal(a, c)
+
+
+def test_in_place_variants_equal_the_allocating_ones(rng):
+    """The ``inplace=True`` forms that the training step uses (softmax forward, LayerNorm backward,
+    cross-entropy forward and backward) give bit for bit the numbers of the allocating forms, and
+    really reuse the array they are handed (so the training step allocates less and stays the same)."""
+    s = rng.normal(size=(2, 3, 4, 6)).astype(np.float32)
+    bias = np.where(rng.random((2, 1, 1, 6)) < 0.3, layers.NEG_INF, 0.0).astype(np.float32)
+    p_ref = layers.softmax_forward(s, bias)[0]
+    s2 = s.copy()
+    p = layers.softmax_forward(s2, bias, inplace=True)[0]
+    assert p is s2 and np.array_equal(p, p_ref)
+
+    x, g, b = (rng.normal(size=sh).astype(np.float32) for sh in ((2, 5, 8), (8,), (8,)))
+    _, cache = layers.layernorm_forward(x, g, b)
+    dy = rng.normal(size=x.shape).astype(np.float32)
+    ref = layers.layernorm_backward(dy, cache)
+    dy2 = dy.copy()
+    got = layers.layernorm_backward(dy2, cache, inplace=True)
+    assert got[0] is dy2 and all(np.array_equal(a, c) for a, c in zip(got, ref))
+
+    z, y, m = rng.normal(size=(6, 9)).astype(np.float32), rng.integers(0, 9, 6), np.array([1, 1, 0, 1, 1, 0], bool)
+    loss_ref, nll_ref, c_ref = layers.xent_forward(z, y, m, 0.1)
+    d_ref = layers.xent_backward(c_ref)
+    z2 = z.copy()
+    loss, nll, c = layers.xent_forward(z2, y, m, 0.1, inplace=True)
+    assert c[0] is z2 and loss == loss_ref and nll == nll_ref
+    d = layers.xent_backward(c, inplace=True)
+    assert d is z2 and np.array_equal(d, d_ref)
