@@ -5,7 +5,9 @@ cache and returns the input gradient(s) followed by the parameter gradients. The
 same forward code under autograd.numpy as an oracle, so a forward writes into an array only through
 :func:`_owned` (an array the function itself just made, and not an autograd box): under autograd every
 forward is out-of-place, on NumPy/CuPy it saves an allocation and a pass. Backward passes are never traced
-and update their own fresh arrays in place freely. Row sums over the model width are matrix-vector
+and update their own fresh arrays in place freely. ``inplace=True`` hands a function an array that its caller
+owns and no longer needs (the scores of the softmax, the logits of the cross-entropy, a LayerNorm's upstream
+gradient), which it then overwrites with the same operations in the same order. Row sums over the model width are matrix-vector
 products (one BLAS call, threaded) instead of ufunc reductions. Shapes: B batch, T (Tq, Tk) time, d model
 width, H heads, dh = d / H, V vocabulary.
 """
@@ -124,7 +126,7 @@ def layernorm_backward(dy, cache, inplace=False):
     dy2 = dy.reshape(-1, d)                                  # (N, d)
     dg = xp.einsum("nd,nd->d", dy2, xhat.reshape(-1, d))     # (d,) sum dy xhat, no temporary
     db = _col_sum(dy2)                                       # (d,)
-    dxhat = xp.multiply(dy, g, out=dy) if inplace else dy * g  # (..., d)
+    dxhat = xp.multiply(dy, g, out=dy) if inplace and _owned(dy) else dy * g  # (..., d)
     m1 = _row_sum(dxhat) * (rstd / d)                        # (..., 1) rstd mean(dxhat)
     m2 = _row_dot(dxhat, xhat) * (rstd / d)                  # (..., 1) rstd mean(dxhat xhat)
     dx = dxhat
@@ -270,7 +272,7 @@ def xent_backward(cache, inplace=False):
     e, se, targets, w, n_real, smoothing = cache
     N, V = e.shape
     wn = w / n_real                                          # (N,)
-    if inplace:
+    if inplace and _owned(e):
         d = e
         d *= (wn / se)[:, None]                              # (N, V) m_n softmax / sum m
     else:

@@ -84,8 +84,9 @@ def test_padding_does_not_change_real_positions():
 
 @pytest.mark.parametrize("with_gates", [True, False], ids=["gates", "no-gates"])
 def test_in_place_training_step_equals_the_out_of_place_one(monkeypatch, with_gates):
-    """The forward's in-place branches (layers._owned) change no number: loss and every gradient of a float32
-    training step with dropout are bit for bit those of the out-of-place path that autograd checks above."""
+    """The in-place branches (layers._owned: the forward's, and the backward's that reuse the cross-entropy's
+    and LayerNorm's arrays) change no number: loss and every gradient of a float32 training step with dropout
+    are bit for bit those of the out-of-place path that autograd checks above."""
     from minihead import layers
     cfg = model.Config(vocab_size=23, n_enc_layers=2, n_dec_layers=2, n_heads=2, d_model=8, d_ff=12,
                        dropout=0.2, attn_dropout=0.1)
