@@ -344,60 +344,47 @@ print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) 
 # The language of `data_small/` is built so that translating it *needs* each function: the sandhi ending of a word
 # is set by the next source word (a +1 positional need), the subject and object particles and the adverb suffix by
 # the verb's hidden class (nsubj, obj and advmod, dependent -> verb), an adjective's gender suffix by its noun (amod).
-# Whether the model meets these needs with heads of the paper's kind is what this section measures. The verdicts
-# come from `minihead/findings.py`, which holds the paper's criteria (90% of the queries where the offset exists
-# and confidence > 0.8; 10 points over the best fixed offset; 3 x chance on the rarest word), so no threshold is
-# retyped here. The next cell prints each claim beside this run's numbers, and then what they mean, in words.
-# (Numbers of the default model quoted in earlier versions of this chapter were measured on the previous language,
-# before its translation needed these functions, and are not repeated here.)
+# Whether a model meets these needs with heads of the paper's kind is what this section judges, by the paper's
+# criteria in `minihead/findings.py` (90% of the queries where the offset exists and confidence > 0.8; 10 points
+# over the best fixed offset; 3 x chance on the rarest word), so no threshold is retyped here.
+#
+# One model is an anecdote: whether a head emerges can flip with the seed or the BLAS thread count. So the claims
+# are judged against the **study over seeds** that ships with the chapters (`chapters/studies/quick.json`, written
+# by `python -m minihead reproduce --quick --seeds 1,2,3`): a finding that held in every seed is a claim, asserted
+# for this chapter's model too; one that held in some seeds is shown with each seed's numbers and not asserted;
+# one that held in none is stated as not reproduced at this scale, with the numbers. (No study over seeds exists
+# at the default scale yet, so in full mode nothing is asserted and the verdicts are printed.)
 
 # %%
 from minihead import findings
+from minihead.errors import MiniheadError
+from minihead.reproduce import load_shipped_study
 
-scale = "quick" if QUICK else "default"
-v_pos, v_syn, v_rare = findings.positional(report), findings.syntactic(report), findings.rare_word(report)
-best_rel, best_dir, best_margin = max(v_syn.best_margins, key=lambda m: m[2])
-claims = {
-    "positional": ("sec. 5.1: >= 90% of argmaxes on -1 or +1, confidence > 0.8",
-                   f"best share {v_pos.share:.2f} at {v_pos.offset:+d} (layer {v_pos.head[0]} head {v_pos.head[1]}; "
-                   f"{v_pos.share_all:.2f} of all queries), confidence {v_pos.confidence:.2f}", v_pos.held),
-    "syntactic": ("sec. 5.2: >= 10 points above the best fixed offset",
-                  f"best margin {100 * best_margin:+.1f} points ({best_rel}, {roles.DIRECTION_NAMES[best_rel, best_dir]})",
-                  v_syn.held),
-    "rare": ("sec. 5.3: a head on the rarest word (66%), >= 3 x chance",
-             f"{100 * v_rare.share:.1f}% = {v_rare.share / v_rare.chance:.1f} x chance (layer {v_rare.head[0]} "
-             f"head {v_rare.head[1]})", v_rare.held),
-}
-for k, (claim, ours, held) in claims.items():
-    print(f"{k:10s} paper {claim:62s} | ours: {ours} -> {'reproduced' if held else 'NOT reproduced'}")
-print("relations with a syntactic head:", v_syn.relations_held or "none", "| per relation, best margin:",
-      ", ".join(f"{r} {100 * m:+.1f}" for r, _, m in v_syn.best_margins))
-
-print(f"\nIn words: the {scale} model (best dev BLEU {max(h['dev_bleu'] for h in study.history):.1f}) "
-      + ("has positional heads " + str(v_pos.heads) if v_pos.held else
-         f"has no positional head: its best head puts {100 * v_pos.share:.0f}% of its argmaxes on offset "
-         f"{v_pos.offset:+d}, far from the 90% line, although the sandhi endings need the next word")
-      + "; " + ("syntactic heads for " + ", ".join(v_syn.relations_held) if v_syn.held else
-                f"no syntactic head: the best head of every relation stays below the fixed-offset baseline "
-                f"(best margin {100 * best_margin:+.1f} points, {best_rel}), so the class particles and the "
-                "gender agreement are not carried by a head that attends to the verb or the noun")
-      + "; and " + (f"a rare-word head ({100 * v_rare.share:.1f}%)" if v_rare.held else
-                    f"no rare-word head ({100 * v_rare.share:.1f}% on the rarest word, "
-                    f"{v_rare.share / v_rare.chance:.1f} x chance, below 3 x)")
-      + ". With no specialised head the overlay of section 4 cannot show the paper's pattern (specialised heads "
-        f"are the relevant ones): {len(special)} specialised heads.")
-
-# Asserted where the outcome is far from its line (a retrained model that changes it must revisit this text):
-# every positional head found is confident (the paper's observation), whatever the scale.
-assert all(float(report.confidence[lh]) > findings.POSITIONAL_CONFIDENCE for lh in report.positional), report.positional
-if scale == "quick":
-    # quick model: no positional head, the best share far below the line (< 0.5 of the queries);
-    # no syntactic head, every relation's best head below its baseline (margin < 0, the line is +10);
-    # no rare-word head (below 2.5 x chance; the line is 3 x)
-    assert not v_pos.held and v_pos.share < 0.5, v_pos
-    assert not v_syn.held and best_margin < 0, v_syn.best_margins
-    assert not v_rare.held and v_rare.share < 2.5 * v_rare.chance, v_rare
-print(f"checks hold at the {scale} scale")
+scale = "quick" if QUICK else "full"
+mine = {"positional": findings.positional(report), "syntactic": findings.syntactic(report),
+        "rare_word": findings.rare_word(report)}
+v_pos, v_syn, v_rare = mine["positional"], mine["syntactic"], mine["rare_word"]
+print(f"this model ({study.name}, best dev BLEU {max(h['dev_bleu'] for h in study.history):.1f}):")
+print(f"  best +-1 head: L{v_pos.head[0]}H{v_pos.head[1]} puts {v_pos.share:.2f} of its argmaxes on {v_pos.offset:+d} "
+      f"({v_pos.share_all:.2f} of all queries), confidence {v_pos.confidence:.2f}; positional heads: "
+      f"{v_pos.heads or 'none'}")
+print("  best margin over the offset baseline per relation (points):",
+      ", ".join(f"{r} {roles.DIRECTION_NAMES[r, d]} {100 * m:+.1f}" for r, d, m in v_syn.best_margins),
+      "| relations with a syntactic head:", v_syn.relations_held or "none")
+print(f"  rarest-token head L{v_rare.head[0]}H{v_rare.head[1]}: {100 * v_rare.share:.1f}% = "
+      f"{v_rare.share / v_rare.chance:.1f} x chance")
+# the paper's observation that positional heads are confident, on this model's heads of >= 90% share
+print("  confidence of the heads with >= 90% on one offset:",
+      {lh: round(float(report.confidence[lh]), 2) for lh in report.positional} or "no such head")
+print()
+try:
+    shipped = load_shipped_study(scale)
+except MiniheadError as exc:
+    print(f"no study over seeds at the {scale} scale, so no claim is asserted ({exc})")
+else:
+    print(f"study over seeds {shipped['seeds']} ({shipped['blas_threads']} BLAS thread(s)):")
+    status = findings.check_claims(shipped["summary"], mine)
+    print(f"\nclaims judged at the {scale} scale:", status)
 
 # %% [markdown]
 # The same analysis runs on any checkpoint and treebank from the command line, for example on real English with a

@@ -116,42 +116,24 @@ if HAVE_DATA:
 # %% [markdown]
 # ## Checks
 #
-# What the run shows, asserted. At **quick** scale on real language the model is small and under-trained (dev BLEU
-# below 20): its encoder heads are diffuse (confidence around 0.2), **no positional head and no syntactic head beating
-# the offset baseline appears** on EWT — the paper's positional and syntactic findings do *not* reproduce at this scale,
-# and the checks below assert that this is still what we measure (so this text cannot silently go stale). What does
-# appear already is a head that points to the rarest word well above chance.
-#
-# At **full** scale (the `default` preset on all 29k pairs, 8,000 merges, 2,400 steps: dev BLEU 33.3, test_2016_flickr
-# BLEU 33.15 with beam 4; ~28 min of training on 2 cores, measured while writing this text on all 2,001 EWT dev trees,
-# *before* issue 17's measurement changes: positional shares over all queries, syntactic accuracy per arc, and
-# relevance under the alpha-beta rule normalised over the summed positions; not re-measured since) the picture is the
-# same, with one change: **still no positional head** (best share at -1 is 0.23) and **still no
-# syntactic head** (every relation's best head is 19-51 points *below* the fixed-offset baseline: nsubj 17.1 vs 36.5,
-# obj 17.2 vs 35.8, amod 23.7 vs 74.7, advmod 16.1 vs 45.8), but **a rare-word head appears**: layer 2 head 2 points
-# to the rarest word 26.7% of the time, 3.5 times chance (7.6%), though not in the first layer as in the paper.
-# Relevance and confidence agreed strongly (Spearman 0.78, alpha-beta rule) and relevance was more concentrated than on
-# the synthetic language of that time (top-quarter share 0.29-0.42). So the paper's positional and syntactic findings **do not reproduce** on
-# real language at either of our scales: a 6-layer model trained on 29k short image captions, judged on longer web
-# text, has not formed such heads. The final cell asserts these measured outcomes at both scales.
+# The verdicts below use the criteria of `minihead/findings.py`, as on data_small. On real language there is no
+# study over seeds yet (training one model per seed at a scale where heads could form costs hours on 2 cores), so,
+# by the rule of the other chapters, **no finding is asserted here**: each is printed for this one model, which is an
+# anecdote, not a claim. In earlier runs at both scales (before issue 17's measurement changes) the picture was the
+# same as on the quick model of data_small: no positional head and no syntactic head above the fixed-offset baseline
+# on EWT, and a head pointing to the rarest word above chance; the cell prints what this run measures. Only that
+# training improved dev BLEU is asserted.
 
 # %%
 if HAVE_DATA:
+    from minihead import findings
     assert study.history[-1]["dev_bleu"] > study.history[0]["dev_bleu"], "training improved dev BLEU"
-    rare = rep.rare
-    best_rare = float(rare.rarest.max()) if rare is not None else 0.0
-    chance = float(rare.chance_rarest) if rare is not None else 1.0
-    verdict = {"positional heads": len(rep.positional), "syntactic relation-directions": sum(bool(v) for v in rep.syntactic.values()),
-               "best rarest-token share / chance": round(best_rare / chance, 2)}
-    print(verdict)
-    assert best_rare > 2 * chance, "a head points to the rarest word well above chance"
-    # Measured at both scales (see the text): NOT reproduced; no positional and no syntactic head on EWT
-    # (paper: positional heads and syntactic heads for nsubj, dobj, amod, advmod).
-    assert verdict["positional heads"] == 0 and verdict["syntactic relation-directions"] == 0, \
-        "the real-language model now has specialised heads: update this chapter's text"
-    if not QUICK:
-        # full scale: the rare-word head passes the 3 x chance line of chapter 3 (paper: 66%, first layer)
-        assert best_rare >= 3 * chance, verdict
-    print("checks hold as stated above")
+    v_pos, v_syn, v_rare = findings.positional(rep), findings.syntactic(rep), findings.rare_word(rep)
+    v_few = findings.few_heads(tq)
+    print(f"one model, {'quick' if QUICK else 'full'} scale, EWT dev trees (printed, not asserted):")
+    for name, v in (("positional", v_pos), ("syntactic", v_syn), ("rare_word", v_rare), ("few_heads", v_few)):
+        print(f"  {findings.FINDINGS[name]}: {'holds' if v.held else 'does not hold'}; "
+              + ", ".join(f"{k} {x:.2f}" if isinstance(x, float) else f"{k} {x}" for k, x in v.numbers().items()))
+    print("  best margin per relation (points):", ", ".join(f"{r} {d} {100 * m:+.1f}" for r, d, m in v_syn.best_margins))
 else:
     print("skipped: no real data")
