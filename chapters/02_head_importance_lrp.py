@@ -521,11 +521,11 @@ print(f"On {n_pp} sentences the two normalisations of the official variant diffe
 # written once, in `minihead/paper.py`:
 #
 # * **A few heads carry most of the relevance** (`findings.few_heads`): in *every* encoder layer the top quarter of
-#   the heads holds at least 0.25 + `paper.FEW_HEADS_MARGIN` of the relevance, on the official variant's shares
-#   (the z-rule's magnitude shares beside them; its signed shares are no shares, section 3.3).
+#   the heads holds at least 0.25 + `paper.FEW_HEADS_MARGIN` of the relevance, on the z-rule's magnitude shares
+#   (the official variant's beside them; the z-rule's signed shares are no shares, section 3.3).
 # * **Important heads are confident**, and **relevance agrees with single-head ablation**
 #   (`findings.important_heads_confident`, `findings.relevance_agrees_with_ablation`): Spearman $\rho$ over the
-#   encoder heads between the z-rule's signed relevance and confidence, or the ablation BLEU drop, above
+#   encoder heads between the z-rule's relevance (magnitude shares) and confidence, or the ablation BLEU drop, above
 #   `paper.RANK_AGREEMENT_MIN` (the official variant's $\rho$ beside it).
 #
 # The cell below builds these verdicts for this chapter's model from `reproduce.importance_summary` of the stage
@@ -543,26 +543,21 @@ from minihead.reproduce import importance_summary, load_shipped_study
 
 summ = importance_summary(imp)            # the numbers `python -m minihead reproduce` judges, from the same stage
 CLAIMS = ("few_heads", "relevance_ablation", "confident")
-verdicts = {                              # built as findings.study_verdicts builds them
-    "few_heads": findings.few_heads(summ.get("top_quarter_share_official", summ["top_quarter_share"])),
-    "relevance_ablation": findings.relevance_agrees_with_ablation(summ["rho_relevance_ablation"],
-                                                                  summ.get("rho_relevance_ablation_official")),
-    "confident": findings.important_heads_confident(summ["rho_relevance_confidence"],
-                                                    summ.get("rho_relevance_confidence_official"))}
-# they are the numbers of section 3.3: the official variant's shares, the signed z-rule's and the official rho
-same = [max(abs(a - float(b)) for a, b in zip(summ["top_quarter_share_official"], share_off["enc"]))]
-same += [abs(summ[f"rho_relevance_{b_}"] - rho[("z signed", b_, "enc")]) for b_ in ("confidence", "ablation")]
+verdicts = findings.importance_verdicts(summ)   # as findings.study_verdicts builds them for every seed
+# they are the numbers of section 3.3: the z-rule's magnitude shares and rho, and the official variant's rho
+same = [max(abs(a - float(b)) for a, b in zip(summ["top_quarter_share_abs"], share["enc"]))]
+same += [abs(summ[f"rho_relevance_{b_}_abs"] - rho[("relevance", b_, "enc")]) for b_ in ("confidence", "ablation")]
 same += [abs(summ[f"rho_relevance_{b_}_official"] - rho[("official", b_, "enc")]) for b_ in ("confidence", "ablation")]
 assert max(same) < 1e-9, same
 
 few_v, abl_v, conf_v = (verdicts[n] for n in CLAIMS)
-print(f"this model ({study.name}): top-quarter share per encoder layer, official variant "
-      + ", ".join(f"{t:.3f}" for t in few_v.top_quarter) + " (z-rule magnitude "
-      + ", ".join(f"{t:.3f}" for t in share["enc"])
+print(f"this model ({study.name}): top-quarter share per encoder layer, z-rule magnitude shares "
+      + ", ".join(f"{t:.3f}" for t in few_v.top_quarter) + " (official variant "
+      + ", ".join(f"{t:.3f}" for t in share_off["enc"])
       + f"), criterion every layer >= {few_v.uniform + findings.FEW_HEADS_MARGIN:.2f}; Spearman rho over the "
-      f"{cfg.n_enc_layers * cfg.n_heads} encoder heads, z-rule (official): relevance ~ ablation {abl_v.rho:+.2f} "
-      f"({abl_v.rho_official:+.2f}, p = {pval[('z signed', 'ablation', 'enc')]:.3f}), relevance ~ confidence "
-      f"{conf_v.rho:+.2f} ({conf_v.rho_official:+.2f}, p = {pval[('z signed', 'confidence', 'enc')]:.3f}), "
+      f"{cfg.n_enc_layers * cfg.n_heads} encoder heads, z-rule magnitude shares (official): relevance ~ ablation "
+      f"{abl_v.rho:+.2f} ({abl_v.rho_official:+.2f}, p = {pval[('relevance', 'ablation', 'enc')]:.3f}), relevance ~ "
+      f"confidence {conf_v.rho:+.2f} ({conf_v.rho_official:+.2f}, p = {pval[('relevance', 'confidence', 'enc')]:.3f}), "
       f"criterion rho > {findings.RANK_AGREEMENT_MIN:g}")
 
 

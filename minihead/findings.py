@@ -330,6 +330,19 @@ FINDINGS = {
 }
 
 
+def importance_verdicts(summary):
+    """The three relevance findings of sec. 4 (few heads, relevance ~ ablation, important heads confident) from
+    :func:`minihead.reproduce.importance_summary`, judged on the paper's z-rule with magnitude shares
+    |r_h| / sum_h' |r_h'| per prediction: the signed shares of a layer nearly cancel on these models, so they
+    neither form a share nor rank heads (chapter 2, sec. 3.3). The official variant's rho rides along in the
+    numbers; the report prints every rule's."""
+    return {"few_heads": few_heads(summary["top_quarter_share_abs"]),
+            "relevance_ablation": relevance_agrees_with_ablation(summary["rho_relevance_ablation_abs"],
+                                                                 summary.get("rho_relevance_ablation_official")),
+            "confident": important_heads_confident(summary["rho_relevance_confidence_abs"],
+                                                   summary.get("rho_relevance_confidence_official"))}
+
+
 def study_verdicts(summary, report, base, enc, allk, scratch, cfg):
     """Every finding of :data:`FINDINGS` for one model, as {name: Verdict}, from the stages of
     ``python -m minihead reproduce``: ``summary`` (:func:`minihead.reproduce.importance_summary`), ``report``
@@ -339,11 +352,7 @@ def study_verdicts(summary, report, base, enc, allk, scratch, cfg):
     n_enc = cfg.n_enc_layers * cfg.n_heads
     paired = allk[-len(scratch):] if scratch else []
     return {
-        "few_heads": few_heads(summary.get("top_quarter_share_official", summary["top_quarter_share"])),
-        "relevance_ablation": relevance_agrees_with_ablation(summary["rho_relevance_ablation"],
-                                                             summary.get("rho_relevance_ablation_official")),
-        "confident": important_heads_confident(summary["rho_relevance_confidence"],
-                                               summary.get("rho_relevance_confidence_official")),
+        **importance_verdicts(summary),
         "positional": positional(report),
         "syntactic": syntactic(report),
         "rare_word": rare_word(report),

@@ -91,13 +91,17 @@ def importance_stage(study, n_dev, n_ablation, cache_dir=None):
 
 def importance_summary(imp):
     """Top-quarter relevance share per encoder layer under each rule (the paper's z-rule with signed shares,
-    with magnitude shares, the official variant) and the rank agreements of the encoder heads (z-rule; the
-    official variant's as ``*_official``)."""
+    with magnitude shares, the official variant) and the rank agreements of the encoder heads (z-rule signed
+    shares; magnitude shares as ``*_abs``, the official variant's as ``*_official``)."""
     from .importance import rank_agreement, top_quarter_share
     rel = xp.asarray(imp["relevance"]["enc"])
     conf, mich, abl = (xp.asarray(imp[k]["enc"]) for k in ("confidence", "michel", "ablation"))
     extra = {f"top_quarter_share_{name}": backend.to_host(top_quarter_share(xp.asarray(imp[key]["enc"]))).tolist()
              for name, key in (("abs", "relevance_abs"), ("official", "relevance_official")) if key in imp}
+    if "relevance_abs" in imp:      # the z-rule's magnitude shares: the ones that can rank heads (findings)
+        mag = xp.asarray(imp["relevance_abs"]["enc"])
+        extra.update(rho_relevance_confidence_abs=rank_agreement(mag, conf),
+                     rho_relevance_ablation_abs=rank_agreement(mag, abl))
     if "relevance_official" in imp:
         off = xp.asarray(imp["relevance_official"]["enc"])
         extra.update(rho_relevance_confidence_official=rank_agreement(off, conf),
@@ -170,15 +174,16 @@ def findings_rows(v, summ, cfg):
     verdicts ``v`` of :func:`minihead.findings.study_verdicts` (the "holds here" column is each verdict's) and
     the importance summary ``summ`` (the other rules' numbers shown beside); ``cfg`` the model's."""
     rows, n_enc = [], cfg.n_enc_layers * cfg.n_heads
-    tq_abs = summ.get("top_quarter_share_abs")
+    tq_off = summ.get("top_quarter_share_official")
     rows.append(f"| a few heads carry most relevance (share of the top quarter of heads, per layer, relevance per "
-                f"prediction) | {PAPER_SAYS['few_heads']} | official variant: {', '.join(f'{t:.2f}' for t in v['few_heads'].top_quarter)}"
-                + (f"; z-rule magnitude shares: {', '.join(f'{t:.2f}' for t in tq_abs)}" if tq_abs else "")
+                f"prediction) | {PAPER_SAYS['few_heads']} | z-rule magnitude shares (judged): "
+                f"{', '.join(f'{t:.2f}' for t in v['few_heads'].top_quarter)}"
+                + (f"; official variant: {', '.join(f'{t:.2f}' for t in tq_off)}" if tq_off else "")
                 + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: 0.25) "
                 f"| {_holds(v['few_heads'])} |")
 
     def rhos(r):
-        return f"z-rule rho = {r.rho:.2f}" + ("" if r.rho_official is None else f", official variant {r.rho_official:.2f}")
+        return f"z-rule magnitude shares rho = {r.rho:.2f}" + ("" if r.rho_official is None else f", official variant {r.rho_official:.2f}")
     rows.append(f"| relevance agrees with single-head ablation (Spearman) | {PAPER_SAYS['relevance_ablation']} | "
                 f"{rhos(v['relevance_ablation'])} | {_holds(v['relevance_ablation'])} |")
     rows.append(f"| important heads are confident (Spearman relevance~confidence) | {PAPER_SAYS['confident']} | "
