@@ -389,6 +389,8 @@ def validate_emergence(a):
     check_output_folder(a.runs, "--runs")
     if a.json:
         check_output_file(a.json, "--json")
+    if a.study:
+        check_output_file(a.study, "--study")
 
 
 VALIDATE = {"train": validate_train, "translate": validate_translate, "evaluate": validate_evaluate,

@@ -97,6 +97,8 @@ def add_emergence_command(subparsers):
     s.add_argument("--n-trees", type=int, default=None, help="measure on the first N dev trees (default all)")
     s.add_argument("--runs", default="runs/emergence", help="cache folder of the models")
     s.add_argument("--json", default=None, help="also write the results to this JSON file")
+    s.add_argument("--study", default=None, help="also write the study over seeds (per-seed verdicts, their summary "
+                   "and provenance) for the chapters, e.g. chapters/studies/emerge.json")
     s.set_defaults(func=cmd_emergence)
     return s
 
@@ -123,4 +125,30 @@ def cmd_emergence(a):
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump([r.__dict__ for r in results], f, indent=1)
+    if a.study:
+        from .checkpoint import save_json
+        save_json(a.study, study_doc(results, a.config, a.data, a.n_trees, a.settings))
     return results
+
+
+def provenance(config, data, n_trees, overrides):
+    """What determines an emergence study's verdicts besides the code: the preset's settings with the overrides
+    applied, the data's content hash (text and dev trees) and the number of dev trees measured."""
+    from .train import PRESETS
+    m, t = (dict(d) for d in PRESETS[config])
+    for k, v in overrides.items():
+        (m if k in m else t)[k] = v
+    names = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
+    return json.loads(json.dumps({"kind": "emergence", "preset": {"model": m, "train": t},
+                                  "data": study.data_fingerprint(data, names), "n_trees": n_trees}))
+
+
+def study_doc(results, config, data, n_trees, overrides):
+    """The study over seeds as the chapters read it (:func:`minihead.reproduce.load_shipped_study`): per-seed
+    verdicts of the three head functions, :func:`minihead.findings.summarize` of them, and the provenance."""
+    per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps,
+                 "findings": {"positional": r.positional, "syntactic": r.syntactic, "rare_word": r.rare}}
+                for r in results]
+    return {"study": config, "seeds": [r.seed for r in results], "blas_threads": study.blas_threads(),
+            "per_seed": per_seed, "summary": findings.summarize([p["findings"] for p in per_seed]),
+            "provenance": provenance(config, data, n_trees, overrides)}

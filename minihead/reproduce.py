@@ -447,19 +447,29 @@ def study_provenance(s, data=None):
                                   "data": data_fingerprint(data, names)}))
 
 
-def load_shipped_study(scale="quick"):
-    """The study over seeds that the chapters judge their claims by: ``chapters/studies/<scale>.json``, a copy
-    of the study.json written by ``python -m minihead reproduce [--quick] --seeds 1,2,3``. Refused, with the
-    command that remakes it, when missing or when its provenance (settings, data) differs from today's."""
-    path = os.path.join(STUDIES, f"{scale}.json")
-    remake = (f"remake it with `python -m minihead reproduce {'--quick ' if scale == 'quick' else ''}--seeds 1,2,3 "
-              f"--out report-{scale}` and copy report-{scale}/study.json to chapters/studies/{scale}.json")
+def load_shipped_study(name="quick"):
+    """The study over seeds that the chapters judge their claims by: ``chapters/studies/<name>.json``. Either a
+    copy of the study.json of ``python -m minihead reproduce [--quick] --seeds 1,2,3`` (name: a scale of
+    :data:`SCALES`), or the file ``python -m minihead emergence --config <name> --seeds 1,2,3 --study`` wrote
+    (head roles only). Refused, with the command that remakes it, when missing or when its provenance (settings,
+    data) differs from today's."""
+    from . import emergence
+    path = os.path.join(STUDIES, f"{name}.json")
+    if name in SCALES:
+        remake = (f"remake it with `python -m minihead reproduce {'--quick ' if name == 'quick' else ''}--seeds 1,2,3 "
+                  f"--out report-{name}` and copy report-{name}/study.json to chapters/studies/{name}.json")
+    else:
+        remake = (f"remake it with `python -m minihead emergence --config {name} --seeds 1,2,3 "
+                  f"--study chapters/studies/{name}.json`")
     if not os.path.exists(path):
-        raise MiniheadError(f"{path}: no study over seeds at the {scale} scale; {remake}")
+        raise MiniheadError(f"{path}: no study over seeds for {name!r}; {remake}")
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    want = study_provenance(SCALES[scale])
     have = doc.get("provenance", {})
+    if name in SCALES:
+        want = study_provenance(SCALES[name])
+    else:
+        want = emergence.provenance(name, os.path.join(ROOT, "data_small"), have.get("n_trees"), {})
     for k in want:
         if have.get(k) != want[k]:
             raise MiniheadError(f"{path}: stale, its {k} differs from today's ({have.get(k)!r} vs {want[k]!r}); {remake}")

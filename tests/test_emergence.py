@@ -1,5 +1,7 @@
 """The paper's criteria (minihead/findings.py) on hand-made measurements, and the emergence command end to end
 on a tiny model."""
+import json
+import pathlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -81,7 +83,7 @@ def test_emergence_command_trains_measures_and_caches_per_seed(tmp_path, capsys)
     argv = ["emergence", "--seeds", "1,2", "--set", "max_steps=3", "eval_every=3", "d_model=16", "n_heads=2",
             "d_ff=16", "n_train=60", "dev_bleu_sentences=4", "--n-trees", "6", "--runs", str(tmp_path / "runs"),
             "--json", str(tmp_path / "e.json")]
-    first = main(argv)
+    first = main(argv + ["--study", str(tmp_path / "study.json")])
     out = capsys.readouterr().out
     assert [r.seed for r in first] == [1, 2] and "positional head (share >= 0.9, confidence > 0.8)" in out
     assert "of 2 seeds" in out and (tmp_path / "e.json").exists()
@@ -91,6 +93,30 @@ def test_emergence_command_trains_measures_and_caches_per_seed(tmp_path, capsys)
     again = main(argv)
     assert [r.__dict__ for r in again] == [r.__dict__ for r in first]
     assert stamps == {f: (tmp_path / "runs" / f / "best.npz").stat().st_mtime_ns for f in folders}
+    # --study: the per-seed verdicts, their summary over seeds and the provenance the chapters check
+    doc = json.loads((tmp_path / "study.json").read_text())
+    assert doc["seeds"] == [1, 2] and set(doc["summary"]) == {"positional", "syntactic", "rare_word"}
+    assert doc["summary"]["positional"]["of"] == 2
+    assert doc["provenance"]["preset"]["model"]["d_model"] == 16 and doc["provenance"]["n_trees"] == 6
+
+
+def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path, monkeypatch):
+    """A study written by `emergence --study` is read by reproduce.load_shipped_study(preset name) when its
+    provenance is today's preset (no overrides) and data_small's content hash; a study made with other settings
+    is refused as stale, naming the command that remakes it."""
+    from minihead import emergence, reproduce
+    from minihead.errors import MiniheadError
+    monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
+    data = str(pathlib.Path(reproduce.ROOT) / "data_small")
+    doc = {"study": "quick", "summary": {}, "provenance": emergence.provenance("quick", data, None, {})}
+    (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
+    monkeypatch.setitem(__import__("minihead.train", fromlist=["PRESETS"]).PRESETS, "emerge-like",
+                        __import__("minihead.train", fromlist=["PRESETS"]).PRESETS["quick"])
+    assert reproduce.load_shipped_study("emerge-like")["summary"] == {}
+    doc["provenance"] = emergence.provenance("quick", data, None, {"max_steps": 7})
+    (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
+    with pytest.raises(MiniheadError, match=r"stale, its preset differs.*emergence --config emerge-like --seeds"):
+        reproduce.load_shipped_study("emerge-like")
 
 
 @pytest.mark.parametrize("argv, message", [

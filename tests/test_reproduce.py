@@ -204,7 +204,7 @@ def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
     from minihead import reproduce as R
     from minihead.errors import MiniheadError
     monkeypatch.setattr(R, "STUDIES", str(tmp_path))
-    with pytest.raises(MiniheadError, match=r"quick.json: no study over seeds.*reproduce --quick --seeds 1,2,3"):
+    with pytest.raises(MiniheadError, match=r"quick.json: no study over seeds for .quick.; remake it with .python -m minihead reproduce --quick --seeds 1,2,3"):
         R.load_shipped_study("quick")
     doc = {"summary": {}, "provenance": R.study_provenance(R.SCALES["quick"])}
     (tmp_path / "quick.json").write_text(_json.dumps(doc))
