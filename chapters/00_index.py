@@ -3,21 +3,23 @@
 #
 # A from-scratch NumPy reproduction of Voita et al. (ACL 2019), *Analyzing Multi-Head Self-Attention: Specialized
 # Heads Do the Heavy Lifting, the Rest Can Be Pruned*. Work through the chapters in order; each reads top to bottom,
-# ends with cells that **assert the paper's finding as reproduced here** (or say plainly what did not reproduce),
-# and is executed by the test suite in quick mode.
+# ends with cells that judge the paper's findings against a **study over seeds** (`chapters/studies/`): a finding
+# that held in every seed is asserted for the chapter's model, one that held in some is shown with each seed's
+# numbers, one that held in none is stated as not reproduced. Every chapter is executed by the test suite in quick
+# mode.
 #
 # | chapter | what it shows | quick mode | full mode (default 6+6 x 4 model) |
 # |---|---|---|---|
 # | [01 A Transformer from scratch](01_transformer_from_scratch.ipynb) | layers with hand-written backprop, a live gradient check, training, translations, encoder attention maps | ~2 min (trains the quick model once) | ~14 min the first time (trains the default model), then ~1 min |
 # | [02 Head importance with LRP](02_head_importance_lrp.ipynb) | LRP rules checked live (slow twins, conservation), head relevance (Figure 1), confidence, Michel importance, single-head ablation, rank agreement | ~1 min | ~2 min (seconds of it cached by `reproduce`) |
-# | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance | < 1 min | < 1 min |
+# | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance | < 1 min | the `emerge` model (6+2 layers x 2 heads of 64), where the heads form: ~10 min the first time (training), then ~2 min |
 # | [04 Hard-concrete gates](04_hard_concrete_gates.ipynb) | the gate distribution, the L0 penalty, its gradient checks, useless toy heads closing | seconds | < 1 min |
 # | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8) | ~2-3 min | ~14 min cold (six pruning runs), seconds when cached |
 # | [06 Pruning all attention types](06_pruning_all_attention.ipynb) | which attention type goes first, where heads survive, pruned versus trained from scratch (Table 2) | ~3 min | ~34 min cold (two pruning runs, two from-scratch trainings), seconds when cached |
 # | [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees | ~3 min (skips without the data) | ~30 min cold (trains the default model on 29k pairs) |
 #
 # Quick mode is switched on with the environment variable `MINIHEAD_QUICK=1` (the tests set it); without it the
-# chapters use the default model. (The full-mode times were measured on the previous version of `data_small/`,
+# chapters use the default model (chapter 3: the `emerge` model). (The full-mode times were measured on the previous version of `data_small/`,
 # before its translation needed the head functions.) Every trained model and every sweep is cached in `runs/`, so a
 # chapter re-runs in seconds once its stages exist, and `python -m minihead reproduce` reuses the same caches (its cold full run, which
 # fills every cache the chapters' full mode reads, took 62 min on 2 cores).
