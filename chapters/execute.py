@@ -24,11 +24,12 @@ def execute(path, quick):
     """Run one notebook in place; returns the wall seconds it took."""
     import nbclient
     import nbformat
-    env = {"MINIHEAD_QUICK": "1" if quick else "0", "MPLBACKEND": "Agg",
+    env = {"MINIHEAD_QUICK": "1" if quick else "0",     # no MPLBACKEND: the kernel's inline backend keeps figures
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"
     os.environ.update(env)                      # the kernel inherits this process's environment
+    os.environ.pop("MPLBACKEND", None)
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
     nbclient.NotebookClient(nb, timeout=3600, kernel_name="python3",
