@@ -538,8 +538,7 @@ print(f"On {n_pp} sentences the two normalisations of the official variant diffe
 
 # %%
 from minihead import findings
-from minihead.errors import MiniheadError
-from minihead.reproduce import importance_summary, load_shipped_study
+from minihead.reproduce import importance_summary, judge_against_study
 
 summ = importance_summary(imp)            # the numbers `python -m minihead reproduce` judges, from the same stage
 CLAIMS = ("few_heads", "relevance_ablation", "confident")
@@ -561,23 +560,8 @@ print(f"this model ({study.name}): top-quarter share per encoder layer, z-rule m
       f"criterion rho > {findings.RANK_AGREEMENT_MIN:g}")
 
 
-def numbers_text(v):
-    return ", ".join(f"{k} {'-' if x is None else f'{x:.2f}'}" for k, x in v.numbers().items())
-
-
-try:
-    shipped = load_shipped_study(scale)
-except MiniheadError as e:
-    if QUICK:
-        raise                             # the quick study ships with the chapters: missing or stale is an error
-    shipped = None
-    print(f"\n{e}\nNo study over seeds exists at the {scale} scale, so no claim is asserted. This model alone:")
-    for n in CLAIMS:
-        print(f"  {findings.FINDINGS[n]}: {'holds' if verdicts[n].held else 'does not hold'} ({numbers_text(verdicts[n])})")
-if shipped is not None:
-    print(f"\nthe study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "
-          f"{shipped['blas_threads']} BLAS thread(s)):")
-    status = findings.check_claims(shipped["summary"], verdicts, names=CLAIMS)
+print()
+status = judge_against_study(scale, verdicts, names=CLAIMS, strict=QUICK)   # quick: the shipped study must exist
 
 # the method itself: every rule matched its loop version, conservation held bias-free for every rule and with
 # biases for the z-rule and the official variant (and failed with biases for epsilon and alpha-beta), and the

@@ -365,8 +365,7 @@ print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) 
 
 # %%
 from minihead import findings
-from minihead.errors import MiniheadError
-from minihead.reproduce import load_shipped_study
+from minihead.reproduce import judge_against_study
 
 scale = PRESET
 mine = {"positional": findings.positional(report), "syntactic": findings.syntactic(report),
@@ -385,16 +384,8 @@ print(f"  rarest-token head L{v_rare.head[0]}H{v_rare.head[1]}: {100 * v_rare.sh
 print("  confidence of the heads with >= 90% on one offset:",
       {lh: round(float(report.confidence[lh]), 2) for lh in report.positional} or "no such head")
 print()
-try:
-    shipped = load_shipped_study(scale)
-except MiniheadError as exc:
-    if QUICK:
-        raise                                 # the quick study ships with the chapters: missing or stale is an error
-    print(f"no study over seeds for the {scale} preset, so no claim is asserted ({exc})")
-else:
-    print(f"study over seeds {shipped['seeds']} ({shipped['blas_threads']} BLAS thread(s)):")
-    status = findings.check_claims(shipped["summary"], mine)
-    print(f"\nclaims judged at the {scale} scale:", status)
+status = judge_against_study(scale, mine, strict=QUICK)   # quick: the shipped study must exist
+print(f"\nclaims judged for the {scale} preset:", status)
 
 # %% [markdown]
 # The same analysis runs on any checkpoint and treebank from the command line, for example on real English with a

@@ -218,8 +218,7 @@ print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions
 
 # %%
 from minihead import findings
-from minihead.errors import MiniheadError
-from minihead.reproduce import load_shipped_study
+from minihead.reproduce import judge_against_study
 
 CLAIMS = ("prunable", "specialised_survive")
 verdicts = {"prunable": findings.most_encoder_heads_prunable(runs, base["bleu"], n_heads),   # as study_verdicts
@@ -247,23 +246,8 @@ print(f"  2. {len(with_role)} of {n_heads} encoder heads have a role; they are o
 print("  paper:", ", ".join(f"{d}: {k} of 48 kept, {b:+.2f} BLEU" for d, k, b in paper.ENCODER_PRUNING))
 
 
-def numbers_text(v):
-    return ", ".join(f"{k} {'-' if x is None else f'{x:.2f}'}" for k, x in v.numbers().items())
-
-
-try:
-    shipped = load_shipped_study(SCALE)
-except MiniheadError as e:
-    if QUICK:
-        raise                             # the quick study ships with the chapters: missing or stale is an error
-    shipped = None
-    print(f"\n{e}\nNo study over seeds exists at the {SCALE} scale, so no claim is asserted. This model alone:")
-    for n in CLAIMS:
-        print(f"  {findings.FINDINGS[n]}: {'holds' if verdicts[n].held else 'does not hold'} ({numbers_text(verdicts[n])})")
-if shipped is not None:
-    print(f"\nthe study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "
-          f"{shipped['blas_threads']} BLAS thread(s)):")
-    status = findings.check_claims(shipped["summary"], verdicts, names=CLAIMS)
+print()
+status = judge_against_study(SCALE, verdicts, names=CLAIMS, strict=QUICK)   # quick: the shipped study must exist
 
 # The sweep itself: lambda = 0 keeps every head and the penalty prunes (the largest lambda keeps fewer); every
 # run stopped because its gates settled, or at the step cap.

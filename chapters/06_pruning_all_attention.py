@@ -175,8 +175,7 @@ for data, table in paper.TABLE2.items():
 
 # %%
 from minihead import findings
-from minihead.errors import MiniheadError
-from minihead.reproduce import load_shipped_study
+from minihead.reproduce import judge_against_study
 
 CLAIMS = ("encoder_first", "decoder_layers", "pruned_vs_scratch")
 verdicts = {"encoder_first": findings.encoder_pruned_first(runs, cfg),          # as findings.study_verdicts
@@ -201,23 +200,8 @@ print("  3. pruned against from scratch, BLEU: "
          + str(sum(len(tab) for tab in paper.TABLE2.values())) + ")"))
 
 
-def numbers_text(v):
-    return ", ".join(f"{k} {'-' if x is None else f'{x:.2f}'}" for k, x in v.numbers().items())
-
-
-try:
-    shipped = load_shipped_study(SCALE)
-except MiniheadError as e:
-    if QUICK:
-        raise                             # the quick study ships with the chapters: missing or stale is an error
-    shipped = None
-    print(f"\n{e}\nNo study over seeds exists at the {SCALE} scale, so no claim is asserted. This model alone:")
-    for n in CLAIMS:
-        print(f"  {findings.FINDINGS[n]}: {'holds' if verdicts[n].held else 'does not hold'} ({numbers_text(verdicts[n])})")
-if shipped is not None:
-    print(f"\nthe study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "
-          f"{shipped['blas_threads']} BLAS thread(s)):")
-    status = findings.check_claims(shipped["summary"], verdicts, names=CLAIMS)
+print()
+status = judge_against_study(SCALE, verdicts, names=CLAIMS, strict=QUICK)   # quick: the shipped study must exist
 
 # The runs themselves: every run stopped because its gates settled, or at the step cap.
 assert all((r["settled"] or r["steps_used"] == STEPS) and r["steps_used"] <= STEPS for r in runs), \

@@ -476,6 +476,28 @@ def load_shipped_study(name="quick"):
     return doc
 
 
+def judge_against_study(name, verdicts, names=None, strict=True, log=print):
+    """A chapter's closing check: ``verdicts`` ({finding: Verdict}) of the chapter's model judged by
+    :func:`minihead.findings.check_claims` against the shipped study ``name`` (:func:`load_shipped_study`).
+    Without a usable study: ``strict`` re-raises (the quick study ships with the chapters, so missing or stale is
+    an error); otherwise no claim is asserted and this model's verdicts are printed. Returns {finding: status},
+    or None without a study."""
+    names = list(verdicts) if names is None else list(names)
+    try:
+        shipped = load_shipped_study(name)
+    except MiniheadError as exc:
+        if strict:
+            raise
+        log(f"{exc}\nNo study over seeds for {name!r}, so no claim is asserted. This model alone:")
+        for n in names:
+            nums = ", ".join(f"{k} {'-' if x is None else f'{x:.2f}'}" for k, x in verdicts[n].numbers().items())
+            log(f"  {findings.FINDINGS.get(n, n)}: {'holds' if verdicts[n].held else 'does not hold'} ({nums})")
+        return None
+    log(f"the study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "
+        f"{shipped['blas_threads']} BLAS thread(s)):")
+    return findings.check_claims(shipped["summary"], verdicts, names=names, log=log)
+
+
 def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, test_src=None, test_tgt=None,
                    quick=True, out="report-real", progress=True, log=print):
     """The study on a real parallel corpus (BPE learned on it) with gold trees of real English: test BLEU,

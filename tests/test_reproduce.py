@@ -213,3 +213,27 @@ def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
     (tmp_path / "quick.json").write_text(_json.dumps(doc))
     with pytest.raises(MiniheadError, match="stale, its data differs"):
         R.load_shipped_study("quick")
+
+
+def test_judge_against_study_asserts_claims_or_prints_without_a_study(tmp_path, monkeypatch):
+    """The chapters' closing check: with a shipped study a finding held in every seed is asserted for the model;
+    without one, strict (quick mode) re-raises the one-line error, otherwise no claim is asserted and the model's
+    verdicts are printed."""
+    import json as _json
+    from minihead import reproduce as R
+    from minihead.errors import MiniheadError
+    monkeypatch.setattr(R, "STUDIES", str(tmp_path))
+    mine = {"confident": findings.important_heads_confident(-0.2)}
+    with pytest.raises(MiniheadError, match="no study over seeds"):
+        R.judge_against_study("quick", mine)
+    lines = []
+    assert R.judge_against_study("quick", mine, strict=False, log=lines.append) is None
+    assert "no claim is asserted" in lines[0] and "does not hold (rho -0.20" in lines[1]
+    summary = findings.summarize([{"confident": findings.important_heads_confident(r)} for r in (0.3, 0.5)])
+    doc = {"study": "quick", "seeds": [1, 2], "blas_threads": 1, "summary": summary,
+           "provenance": R.study_provenance(R.SCALES["quick"])}
+    (tmp_path / "quick.json").write_text(_json.dumps(doc))
+    with pytest.raises(AssertionError, match="held in all 2 seeds"):
+        R.judge_against_study("quick", mine, log=lines.append)
+    assert R.judge_against_study("quick", {"confident": findings.important_heads_confident(0.1)},
+                                 log=lines.append) == {"confident": "all"}
