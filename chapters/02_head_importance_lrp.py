@@ -559,7 +559,6 @@ print(f"this model ({study.name}): top-quarter share per encoder layer, z-rule m
       f"confidence {conf_v.rho:+.2f} ({conf_v.rho_official:+.2f}, p = {pval[('relevance', 'confidence', 'enc')]:.3f}), "
       f"criterion rho > {findings.RANK_AGREEMENT_MIN:g}")
 
-
 print()
 status = judge_against_study(scale, verdicts, names=CLAIMS, strict=QUICK)   # quick: the shipped study must exist
 

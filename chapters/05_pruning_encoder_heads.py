@@ -245,7 +245,6 @@ print(f"  2. {len(with_role)} of {n_heads} encoder heads have a role; they are o
       f"survivors in {sv.runs_held} of the {sv.runs} runs judged")
 print("  paper:", ", ".join(f"{d}: {k} of 48 kept, {b:+.2f} BLEU" for d, k, b in paper.ENCODER_PRUNING))
 
-
 print()
 status = judge_against_study(SCALE, verdicts, names=CLAIMS, strict=QUICK)   # quick: the shipped study must exist
 

@@ -199,7 +199,6 @@ print("  3. pruned against from scratch, BLEU: "
       + (" (paper: " + str(sum(bp >= bs for tab in paper.TABLE2.values() for _, bp, bs in tab)) + " of "
          + str(sum(len(tab) for tab in paper.TABLE2.values())) + ")"))
 
-
 print()
 status = judge_against_study(SCALE, verdicts, names=CLAIMS, strict=QUICK)   # quick: the shipped study must exist
 

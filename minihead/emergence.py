@@ -134,13 +134,9 @@ def cmd_emergence(a):
 def provenance(config, data, n_trees, overrides):
     """What determines an emergence study's verdicts besides the code: the preset's settings with the overrides
     applied, the data's content hash (text and dev trees) and the number of dev trees measured."""
-    from .train import PRESETS
-    m, t = (dict(d) for d in PRESETS[config])
-    for k, v in overrides.items():
-        (m if k in m else t)[k] = v
-    names = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
-    return json.loads(json.dumps({"kind": "emergence", "preset": {"model": m, "train": t},
-                                  "data": study.data_fingerprint(data, names), "n_trees": n_trees}))
+    from .train import preset_settings
+    return json.loads(json.dumps({"kind": "emergence", "preset": preset_settings(config, **overrides),
+                                  "data": study.data_fingerprint(data, study.STUDY_FILES), "n_trees": n_trees}))
 
 
 def study_doc(results, config, data, n_trees, overrides):

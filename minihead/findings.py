@@ -420,9 +420,9 @@ def check_claims(summary, verdicts, names=None, log=print):
         f, v = summary[name], verdicts[name]
         mine = v.numbers() if isinstance(v, Verdict) else v.get("numbers", {})
         held = bool(v.held if isinstance(v, Verdict) else v["held"])
-        nums = "; ".join(f"{k} {_fmt(m)} +- {_fmt(sd)} [{', '.join(_fmt(x) for x in vals)}]"
+        nums = "; ".join(f"{k} {fmt(m)} +- {fmt(sd)} [{', '.join(fmt(x) for x in vals)}]"
                          for k, (m, sd, vals) in f["numbers"].items() if m is not None)
-        here = ", ".join(f"{k} {_fmt(x)}" for k, x in mine.items())
+        here = ", ".join(f"{k} {fmt(x)}" for k, x in mine.items())
         what = FINDINGS.get(name, name)
         if f["status"] == "all":
             log(f"CLAIM  {what}: held in all {f['of']} seeds of the study; this model: "
@@ -439,5 +439,6 @@ def check_claims(summary, verdicts, names=None, log=print):
     return out
 
 
-def _fmt(x):
+def fmt(x):
+    """A number as the study's tables print it: two decimals for a float, as is otherwise, "-" for None."""
     return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)

@@ -374,16 +374,12 @@ def reproduce_seeds(seeds, s, out="report", progress=True, log=print, runs=None)
     return path
 
 
-def _num(x):
-    return "-" if x is None else f"{x:.2f}"
-
-
 def seeds_table(summary):
     """The report's table over seeds: per finding, the seeds in which it holds (status all / some / none) and
     each of its numbers as mean +- sd (each seed's value in brackets)."""
     lines = ["| finding | paper | holds in | numbers: mean +- sd (per seed) |", "|---|---|---|---|"]
     for name, f in summary.items():
-        nums = "; ".join(f"{key} {_num(m)} +- {_num(sd)} ({', '.join(_num(x) for x in vals)})"
+        nums = "; ".join(f"{key} {findings.fmt(m)} +- {findings.fmt(sd)} ({', '.join(findings.fmt(x) for x in vals)})"
                          for key, (m, sd, vals) in f["numbers"].items() if m is not None)
         partly = f", partly in {f['partly_in']}" if f.get("partly_in") else ""
         lines.append(f"| {findings.FINDINGS.get(name, name)} | {PAPER_SAYS.get(name, '')} | "
@@ -404,8 +400,8 @@ def write_seeds_report(out, s, per_seed):
     bleus = findings._mean_sd([p["test_bleu"] for p in per_seed])
     lines = [f"# minihead reproduction report over {n} seeds ({'quick' if s['study'] == 'quick' else 'full'} scale)",
              "", f"Preset `{s['study']}`, seeds {', '.join(map(str, seeds))} (one model each, trained, analysed and "
-             f"pruned alike; {blas_threads()} BLAS thread(s)). Test BLEU {_num(bleus[0])} +- {_num(bleus[1])} "
-             f"({', '.join(_num(b) for b in bleus[2])}). Wall time of this run: "
+             f"pruned alike; {blas_threads()} BLAS thread(s)). Test BLEU {findings.fmt(bleus[0])} +- {findings.fmt(bleus[1])} "
+             f"({', '.join(findings.fmt(b) for b in bleus[2])}). Wall time of this run: "
              f"{sum(sum(p['seconds'].values()) for p in per_seed) / 60:.1f} min (cached stages are read, not "
              "recomputed).", "",
              "## Findings over seeds", "",
@@ -438,13 +434,11 @@ def study_provenance(s, data=None):
     """What determines a study's verdicts besides the code: the scale's settings, the preset's model and training
     settings, and the content hash of the data (text and dev trees). Stored in study.json; a shipped study whose
     provenance differs from today's is stale (:func:`load_shipped_study`)."""
-    from .study import data_fingerprint
-    from .train import PRESETS
-    m, t = PRESETS[s["study"]]
+    from .study import STUDY_FILES, data_fingerprint
+    from .train import preset_settings
     data = data or os.path.join(ROOT, "data_small")
-    names = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
-    return json.loads(json.dumps({"scale": s, "preset": {"model": m, "train": t},
-                                  "data": data_fingerprint(data, names)}))
+    return json.loads(json.dumps({"scale": s, "preset": preset_settings(s["study"]),
+                                  "data": data_fingerprint(data, STUDY_FILES)}))
 
 
 def load_shipped_study(name="quick"):
@@ -490,7 +484,7 @@ def judge_against_study(name, verdicts, names=None, strict=True, log=print):
             raise
         log(f"{exc}\nNo study over seeds for {name!r}, so no claim is asserted. This model alone:")
         for n in names:
-            nums = ", ".join(f"{k} {'-' if x is None else f'{x:.2f}'}" for k, x in verdicts[n].numbers().items())
+            nums = ", ".join(f"{k} {findings.fmt(x)}" for k, x in verdicts[n].numbers().items())
             log(f"  {findings.FINDINGS.get(n, n)}: {'holds' if verdicts[n].held else 'does not hold'} ({nums})")
         return None
     log(f"the study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "

@@ -38,6 +38,10 @@ def blas_threads():
     return max(counts) if counts else 1
 
 
+# the files a study's verdicts depend on: the parallel text and the dev trees its head roles are measured on
+STUDY_FILES = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
+
+
 def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt")):
     """Short hash of the bytes of a data folder's parallel files: a regenerated language gets new run folders."""
     import hashlib

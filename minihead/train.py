@@ -74,6 +74,17 @@ def preset(name, vocab_size, **overrides):
     return cfg, tcfg
 
 
+def preset_settings(name, **overrides):
+    """The named preset's settings as written in :data:`PRESETS` ({"model": ..., "train": ...}), with
+    ``overrides`` applied to whichever :func:`preset` applies them to (names checked by it): the plain record of
+    what determines a model, for the provenance of a study."""
+    _, tcfg = preset(name, 1, **overrides)
+    m, t = (dict(d) for d in PRESETS[name])
+    for k, v in overrides.items():
+        (t if hasattr(tcfg, k) else m)[k] = v
+    return {"model": m, "train": t}
+
+
 def setting_names():
     """Every field a ``--set KEY=VALUE`` may name: the TrainConfig's, then the model Config's."""
     from dataclasses import fields

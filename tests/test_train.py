@@ -381,3 +381,16 @@ def test_translate_empty_input_rule():
     assert translate(params, cfg, c.vocab, []) == []
     with pytest.raises(DataError, match="sentence 2: empty"):
         translate(params, cfg, c.vocab, [["w1"], [], ["w2"]])
+
+
+def test_preset_settings_apply_overrides_where_preset_does():
+    """train.preset_settings, the plain record of a study's settings: the preset's own dicts, with each override
+    placed where train.preset puts it (a training setting in "train", a model setting in "model", even one the
+    preset leaves at its default), and an unknown setting refused as preset refuses it."""
+    from minihead.train import PRESETS, preset_settings
+    assert preset_settings("quick") == {"model": PRESETS["quick"][0], "train": PRESETS["quick"][1]}
+    s = preset_settings("quick", max_steps=7, attn_dropout=0.2)
+    assert s["train"]["max_steps"] == 7 and s["model"]["attn_dropout"] == 0.2
+    assert "attn_dropout" not in s["train"] and "max_steps" not in s["model"]
+    with pytest.raises(ValueError, match="unknown setting 'nope'"):
+        preset_settings("quick", nope=1)
