@@ -104,14 +104,14 @@ def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path
     """A study written by `emergence --study` is read by reproduce.load_shipped_study(preset name) when its
     provenance is today's preset (no overrides) and data_small's content hash; a study made with other settings
     is refused as stale, naming the command that remakes it."""
-    from minihead import emergence, reproduce
+    from minihead import reproduce
     from minihead.errors import MiniheadError
+    from minihead.train import PRESETS
     monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
     data = str(pathlib.Path(reproduce.ROOT) / "data_small")
     doc = {"study": "quick", "summary": {}, "provenance": emergence.provenance("quick", data, None, {})}
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
-    monkeypatch.setitem(__import__("minihead.train", fromlist=["PRESETS"]).PRESETS, "emerge-like",
-                        __import__("minihead.train", fromlist=["PRESETS"]).PRESETS["quick"])
+    monkeypatch.setitem(PRESETS, "emerge-like", PRESETS["quick"])
     assert reproduce.load_shipped_study("emerge-like")["summary"] == {}
     doc["provenance"] = emergence.provenance("quick", data, None, {"max_steps": 7})
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))

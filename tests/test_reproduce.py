@@ -13,6 +13,7 @@ import pytest
 from minihead import findings, reproduce, study
 from minihead.cache import CacheError, cached_json, key_hash
 from minihead.cli import main
+from minihead.errors import MiniheadError
 
 TINY = {"study": "quick", "n_dev": 40, "n_test": 40, "n_ablation": 10, "enc_lambdas": (0.05,),
         "all_lambdas": (0.05,), "prune_steps": 15, "n_scratch": 1, "scratch_steps": 20,
@@ -200,40 +201,34 @@ def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
     """The chapters judge their claims by chapters/studies/<scale>.json; it is refused, with the command that
     remakes it, when the file is missing or when its provenance (scale settings, preset, data hash) is not
     today's, and read when it matches."""
-    import json as _json
-    from minihead import reproduce as R
-    from minihead.errors import MiniheadError
-    monkeypatch.setattr(R, "STUDIES", str(tmp_path))
+    monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
     with pytest.raises(MiniheadError, match=r"quick.json: no study over seeds for .quick.; remake it with .python -m minihead reproduce --quick --seeds 1,2,3"):
-        R.load_shipped_study("quick")
-    doc = {"summary": {}, "provenance": R.study_provenance(R.SCALES["quick"])}
-    (tmp_path / "quick.json").write_text(_json.dumps(doc))
-    assert R.load_shipped_study("quick")["summary"] == {}
+        reproduce.load_shipped_study("quick")
+    doc = {"summary": {}, "provenance": reproduce.study_provenance(reproduce.SCALES["quick"])}
+    (tmp_path / "quick.json").write_text(json.dumps(doc))
+    assert reproduce.load_shipped_study("quick")["summary"] == {}
     doc["provenance"]["data"] = "00000000"
-    (tmp_path / "quick.json").write_text(_json.dumps(doc))
+    (tmp_path / "quick.json").write_text(json.dumps(doc))
     with pytest.raises(MiniheadError, match="stale, its data differs"):
-        R.load_shipped_study("quick")
+        reproduce.load_shipped_study("quick")
 
 
 def test_judge_against_study_asserts_claims_or_prints_without_a_study(tmp_path, monkeypatch):
     """The chapters' closing check: with a shipped study a finding held in every seed is asserted for the model;
     without one, strict (quick mode) re-raises the one-line error, otherwise no claim is asserted and the model's
     verdicts are printed."""
-    import json as _json
-    from minihead import reproduce as R
-    from minihead.errors import MiniheadError
-    monkeypatch.setattr(R, "STUDIES", str(tmp_path))
+    monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
     mine = {"confident": findings.important_heads_confident(-0.2)}
     with pytest.raises(MiniheadError, match="no study over seeds"):
-        R.judge_against_study("quick", mine)
+        reproduce.judge_against_study("quick", mine)
     lines = []
-    assert R.judge_against_study("quick", mine, strict=False, log=lines.append) is None
+    assert reproduce.judge_against_study("quick", mine, strict=False, log=lines.append) is None
     assert "no claim is asserted" in lines[0] and "does not hold (rho -0.20" in lines[1]
     summary = findings.summarize([{"confident": findings.important_heads_confident(r)} for r in (0.3, 0.5)])
     doc = {"study": "quick", "seeds": [1, 2], "blas_threads": 1, "summary": summary,
-           "provenance": R.study_provenance(R.SCALES["quick"])}
-    (tmp_path / "quick.json").write_text(_json.dumps(doc))
+           "provenance": reproduce.study_provenance(reproduce.SCALES["quick"])}
+    (tmp_path / "quick.json").write_text(json.dumps(doc))
     with pytest.raises(AssertionError, match="held in all 2 seeds"):
-        R.judge_against_study("quick", mine, log=lines.append)
-    assert R.judge_against_study("quick", {"confident": findings.important_heads_confident(0.1)},
-                                 log=lines.append) == {"confident": "all"}
+        reproduce.judge_against_study("quick", mine, log=lines.append)
+    assert reproduce.judge_against_study("quick", {"confident": findings.important_heads_confident(0.1)},
+                                         log=lines.append) == {"confident": "all"}
