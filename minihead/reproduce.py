@@ -457,8 +457,13 @@ def load_shipped_study(name="quick"):
                   f"--study chapters/studies/{name}.json`")
     if not os.path.exists(path):
         raise MiniheadError(f"{path}: no study over seeds for {name!r}; {remake}")
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise MiniheadError(f"{path}: does not parse as a study ({exc}); {remake}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
+        raise MiniheadError(f"{path}: holds no study (an object with a 'summary'); {remake}")
     have = doc.get("provenance", {})
     if name in SCALES:
         want = study_provenance(SCALES[name])

@@ -199,8 +199,8 @@ def test_cache_write_is_atomic_and_leaves_no_temporary(tmp_path, monkeypatch):
 
 def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
     """The chapters judge their claims by chapters/studies/<scale>.json; it is refused, with the command that
-    remakes it, when the file is missing or when its provenance (scale settings, preset, data hash) is not
-    today's, and read when it matches."""
+    remakes it, when the file is missing, does not parse (a line number in the message), holds no study, or
+    when its provenance (scale settings, preset, data hash) is not today's; and read when it matches."""
     monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
     with pytest.raises(MiniheadError, match=r"quick.json: no study over seeds for .quick.; remake it with .python -m minihead reproduce --quick --seeds 1,2,3"):
         reproduce.load_shipped_study("quick")
@@ -210,6 +210,12 @@ def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
     doc["provenance"]["data"] = "00000000"
     (tmp_path / "quick.json").write_text(json.dumps(doc))
     with pytest.raises(MiniheadError, match="stale, its data differs"):
+        reproduce.load_shipped_study("quick")
+    (tmp_path / "quick.json").write_text('{"summary": {')                 # cut off mid-write
+    with pytest.raises(MiniheadError, match=r"quick.json: does not parse as a study \(.*line 1.*remake it with"):
+        reproduce.load_shipped_study("quick")
+    (tmp_path / "quick.json").write_text("[1, 2]")
+    with pytest.raises(MiniheadError, match="quick.json: holds no study"):
         reproduce.load_shipped_study("quick")
 
 
