@@ -149,10 +149,11 @@ def test_target_needs_agreement_case_order_and_copy_rules(sample, lex):
     """Checked from the tree and alignment for every generated pair (the language of data_small):
     an adjective = its stem + the gender suffix of its NOUN + the sandhi ending of the NEXT source token,
     and it precedes its noun; a verb = stem + (tense, subject number) suffix + sandhi ending, after its
-    subject and object (verb-final); the subject particle and the object particle are those of the
-    VERB's hidden class; an adverb carries the verb's class suffix; determiners and frequent nouns carry
-    the sandhi ending; names are copied. Over 20 subject particles are decided by a verb more than 3 words
-    away (a need only the nsubj arc can meet)."""
+    subject and object (verb-final); the head noun of a subject or object = stem [+ plural] + the case
+    suffix of its VERB's hidden class (subject case for nsubj, object case for obj) + the sandhi ending
+    for a frequent noun, fused in one token; after a name, which is copied, the case is the next token;
+    an adverb carries the verb's class suffix; determiners carry the sandhi ending. Over 20 subject
+    cases are decided by a verb more than 3 words away (a need only the nsubj arc can meet)."""
     n_far = 0
     for p in sample:
         t = p.tree
@@ -182,16 +183,24 @@ def test_target_needs_agreement_case_order_and_copy_rules(sample, lex):
                 assert len(verb_k) == 1
                 suffix = synth.VERB_SUFFIX[(tense, _subject_number(t, i))]
                 assert any(p.tgt[verb_k[0]] == s + suffix + _sandhi(p, i) for s in e.tgt)
-                for k in ks:
-                    if k != verb_k[0]:
-                        assert p.tgt[k] in (lex.case_tgt[e.vclass], lex.subj_case_tgt[e.vclass])
                 for d in range(len(t)):
                     if t.heads[d] == i + 1 and t.deprels[d] in ("nsubj", "obj"):
                         assert max(pos[d]) < verb_k[0]
-                        if t.deprels[d] == "nsubj" and t.upos[d] != "PRON":
-                            after = [k for k in ks if k > max(pos[d])]
-                            assert p.tgt[min(after)] == lex.subj_case_tgt[e.vclass]
-                            n_far += i - d > 3
+                        case = (lex.subj_case_tgt if t.deprels[d] == "nsubj" else lex.case_tgt)[e.vclass]
+                        if t.upos[d] == "PROPN":   # the copied name, then the case as a particle
+                            (k,) = pos[d]
+                            assert p.tgt[k + 1] == case and p.align[k + 1] == i
+                        elif t.upos[d] == "NOUN":  # fused: stem [+ plural] + case [+ sandhi]
+                            noun, number = lex.by_form[t.tokens[d]]
+                            (k,) = pos[d]
+                            ending = _sandhi(p, d) if noun.kind == "noun" else ""
+                            plural = synth.PLURAL_SUFFIX if number == "Plur" else ""
+                            assert any(p.tgt[k] == s + plural + case + ending for s in noun.tgt)
+                            n_far += t.deprels[d] == "nsubj" and i - d > 3
+                # every other token aligned to the verb is the case particle after a name
+                names = [d for d in range(len(t)) if t.heads[d] == i + 1 and t.upos[d] == "PROPN"
+                         and t.deprels[d] in ("nsubj", "obj")]
+                assert len(ks) == 1 + len(names)
             elif t.upos[i] == "PROPN":
                 assert [p.tgt[k] for k in pos[i]] == [t.tokens[i]]
     assert n_far > 20
@@ -200,7 +209,8 @@ def test_target_needs_agreement_case_order_and_copy_rules(sample, lex):
 def test_control_language_has_the_same_words_without_the_needs(lex):
     """The control (needs=False) translates the same trees into the same number of target tokens with
     the same alignment, and each of its target tokens depends on its own source word only: no sandhi
-    ending, no gender or verb-class suffix, one subject and one object particle."""
+    ending, no gender or verb-class suffix, one subject case and one object case (those of class 0,
+    fused onto the noun or as the particle after a name)."""
     needs, control = synth.generate(300, SEED, lex), synth.generate(300, SEED, lex, needs=False)
     particles = {lex.subj_case_tgt[0], lex.case_tgt[0]}
     for p, c in zip(needs, control):
@@ -210,6 +220,11 @@ def test_control_language_has_the_same_words_without_the_needs(lex):
             i = c.align[k]
             if c.tree.upos[i] == "VERB" and tn in set(lex.case_tgt) | set(lex.subj_case_tgt):
                 assert tc in particles
+            elif c.tree.upos[i] == "NOUN" and c.tree.deprels[i] in ("nsubj", "obj"):
+                case = lex.subj_case_tgt[0] if c.tree.deprels[i] == "nsubj" else lex.case_tgt[0]
+                noun, number = lex.by_form[c.tree.tokens[i]]
+                plural = synth.PLURAL_SUFFIX if number == "Plur" else ""
+                assert tc in [s + plural + case for s in noun.tgt]
             elif c.tree.upos[i] == "ADJ":
                 assert tc in lex.by_form[c.tree.tokens[i]][0].tgt
             elif c.tree.upos[i] == "ADV":
@@ -226,12 +241,14 @@ def test_translate_hand_checked_examples(lex):
     """Two trees written by hand, their targets derived by hand from the rules (S(w) = sandhi ending
     for the first letter of w, g = the noun's gender suffix, class = the verb's hidden class):
     1. "the N1s near the N2 V-ed a A1 A2 N3 ." (past: the source verb shows no number)
-       -> the-S(N1s) N1-en-S(near) SUBJ(class) the-S(N2) N2-S(V-ed) near' | a-S(A1) A1-g-S(A2) A2-g-S(N3)
-          N3-S(.) OBJ(class) | V-un-S(a) | .
-    2. "X and the N1s that V2-ed N2s V3 ." (coordinated subject; subject relative clause whose
-       past verb takes the plural of its antecedent N1s)
-       -> X AND the-S(N1s) N1-en-S(that) SUBJ(class of V3) REL_S N2-en-S(V3) OBJ(class of V2)
-          V2-un-S(N2s) V3-an-S(.) ."""
+       -> the-S(N1s) N1-en-SUBJ(class)-S(near) the-S(N2) N2-S(V-ed) near' | a-S(A1) A1-g-S(A2) A2-g-S(N3)
+          N3-OBJ(class)-S(.) | V-un-S(a) | .
+    2. "X and the N1s that V2-ed N2s V3 ." (coordinated subject headed by the name X; subject relative
+       clause whose past verb takes the plural of its antecedent N1s)
+       -> X SUBJ(class of V3) AND the-S(N1s) N1-en-S(that) REL_S N2-en-OBJ(class of V2)-S(V3)
+          V2-un-S(N2s) V3-an-S(.) .
+    (with particles=True, example 1 is the earlier variant: SUBJ(class) and OBJ(class) are tokens of their
+    own after N2's postposition and after N3.)"""
     S = lambda w: "-" + synth.SANDHI[synth.sandhi_class(w)]   # noqa: E731
     n1, n2, n3 = [e for e in lex.nouns if len(e.tgt) == 1][:3]
     a1, a2 = [e for e in lex.adjs if len(e.tgt) == 1][:2]
@@ -242,6 +259,13 @@ def test_translate_hand_checked_examples(lex):
     upos = ["DET", "NOUN", "ADP", "DET", "NOUN", "VERB", "DET", "ADJ", "ADJ", "NOUN", "PUNCT"]
     tgt, align = synth.translate(conllu_io.Sentence(toks, heads, rels, upos), lex, random.Random(0))
     g = synth.GENDER_SUFFIX[n3.gender]
+    assert tgt == [lex.det_tgt["the"] + S(n1.src[1]), n1.tgt[0] + "en" + lex.subj_case_tgt[1] + S("near"),
+                   lex.det_tgt["the"] + S(n2.src[0]), n2.tgt[0] + S(v.src[2]), lex.prep_tgt["near"],
+                   lex.det_tgt["a"] + S(a1.src[0]), a1.tgt[0] + g + S(a2.src[0]), a2.tgt[0] + g + S(n3.src[0]),
+                   n3.tgt[0] + lex.case_tgt[1] + S("."), v.tgt[0] + "un" + S("a"), "."]
+    assert align == [0, 1, 3, 4, 2, 6, 7, 8, 9, 5, 10]
+    tree = conllu_io.Sentence(toks, heads, rels, upos)
+    tgt, align = synth.translate(tree, lex, random.Random(0), particles=True)
     assert tgt == [lex.det_tgt["the"] + S(n1.src[1]), n1.tgt[0] + "en" + S("near"),
                    lex.det_tgt["the"] + S(n2.src[0]), n2.tgt[0] + S(v.src[2]), lex.prep_tgt["near"],
                    lex.subj_case_tgt[1],
@@ -257,19 +281,21 @@ def test_translate_hand_checked_examples(lex):
     rels = ["nsubj", "cc", "det", "conj", "nsubj", "acl:relcl", "obj", "root", "punct"]
     upos = ["PROPN", "CCONJ", "DET", "NOUN", "PRON", "VERB", "NOUN", "VERB", "PUNCT"]
     tgt, _ = synth.translate(conllu_io.Sentence(toks, heads, rels, upos), lex, random.Random(0))
-    assert tgt == [name, lex.and_tgt, lex.det_tgt["the"] + S(n1.src[1]), n1.tgt[0] + "en" + S("that"),
-                   lex.rel_tgt["nsubj"], n2.tgt[0] + "en" + S(v3.src[0]), lex.case_tgt[0],
-                   v2.tgt[0] + "un" + S(n2.src[1]), lex.subj_case_tgt[2], v3.tgt[0] + "an" + S("."), "."]
+    assert tgt == [name, lex.subj_case_tgt[2], lex.and_tgt, lex.det_tgt["the"] + S(n1.src[1]),
+                   n1.tgt[0] + "en" + S("that"), lex.rel_tgt["nsubj"], n2.tgt[0] + "en" + lex.case_tgt[0] + S(v3.src[0]),
+                   v2.tgt[0] + "un" + S(n2.src[1]), v3.tgt[0] + "an" + S("."), "."]
 
 
 def test_synonyms_are_seeded_noise(lex):
     """A noun with target synonyms translates to each of them (the first in 45-75% of 200 draws),
-    and the choice is a function of the seeded random generator only (control language: bare stems)."""
+    and the choice is a function of the seeded random generator only (control language: bare stems with
+    the control's one subject case)."""
     n = _entry(lex.nouns, synonyms=True)
     tree = conllu_io.Sentence(["the", n.src[0], lex.verbs_in[0].src[1], "."], [2, 3, 0, 3],
                               ["det", "nsubj", "root", "punct"], ["DET", "NOUN", "VERB", "PUNCT"])
     draws = [synth.translate(tree, lex, random.Random(s), needs=False)[0][1] for s in range(200)]
-    assert set(draws) == set(n.tgt) and 0.45 < draws.count(n.tgt[0]) / 200 < 0.75
+    stems = [t + lex.subj_case_tgt[0] for t in n.tgt]   # the subject case of the control's one class
+    assert set(draws) == set(stems) and 0.45 < draws.count(stems[0]) / 200 < 0.75
     assert draws == [synth.translate(tree, lex, random.Random(s), needs=False)[0][1] for s in range(200)]
 
 
