@@ -209,10 +209,10 @@ def test_target_needs_agreement_case_order_and_copy_rules(sample, lex):
 def test_control_language_has_the_same_words_without_the_needs(lex):
     """The control (needs=False) translates the same trees into the same number of target tokens with
     the same alignment, and each of its target tokens depends on its own source word only: no sandhi
-    ending, no gender or verb-class suffix, one subject case and one object case (those of class 0,
-    fused onto the noun or as the particle after a name)."""
+    ending, no gender or verb-class suffix, no case on the subject and object nouns, and one particle after
+    a name whatever its role."""
     needs, control = synth.generate(300, SEED, lex), synth.generate(300, SEED, lex, needs=False)
-    particles = {lex.subj_case_tgt[0], lex.case_tgt[0]}
+    particles = {lex.subj_case_tgt[0]}
     for p, c in zip(needs, control):
         assert p.src == c.src and p.align == c.align and len(p.tgt) == len(c.tgt)
         for k, (tn, tc) in enumerate(zip(p.tgt, c.tgt)):
@@ -221,10 +221,9 @@ def test_control_language_has_the_same_words_without_the_needs(lex):
             if c.tree.upos[i] == "VERB" and tn in set(lex.case_tgt) | set(lex.subj_case_tgt):
                 assert tc in particles
             elif c.tree.upos[i] == "NOUN" and c.tree.deprels[i] in ("nsubj", "obj"):
-                case = lex.subj_case_tgt[0] if c.tree.deprels[i] == "nsubj" else lex.case_tgt[0]
                 noun, number = lex.by_form[c.tree.tokens[i]]
                 plural = synth.PLURAL_SUFFIX if number == "Plur" else ""
-                assert tc in [s + plural + case for s in noun.tgt]
+                assert tc in [s + plural for s in noun.tgt]
             elif c.tree.upos[i] == "ADJ":
                 assert tc in lex.by_form[c.tree.tokens[i]][0].tgt
             elif c.tree.upos[i] == "ADV":
@@ -288,14 +287,12 @@ def test_translate_hand_checked_examples(lex):
 
 def test_synonyms_are_seeded_noise(lex):
     """A noun with target synonyms translates to each of them (the first in 45-75% of 200 draws),
-    and the choice is a function of the seeded random generator only (control language: bare stems with
-    the control's one subject case)."""
+    and the choice is a function of the seeded random generator only (control language: bare stems)."""
     n = _entry(lex.nouns, synonyms=True)
     tree = conllu_io.Sentence(["the", n.src[0], lex.verbs_in[0].src[1], "."], [2, 3, 0, 3],
                               ["det", "nsubj", "root", "punct"], ["DET", "NOUN", "VERB", "PUNCT"])
     draws = [synth.translate(tree, lex, random.Random(s), needs=False)[0][1] for s in range(200)]
-    stems = [t + lex.subj_case_tgt[0] for t in n.tgt]   # the subject case of the control's one class
-    assert set(draws) == set(stems) and 0.45 < draws.count(stems[0]) / 200 < 0.75
+    assert set(draws) == set(n.tgt) and 0.45 < draws.count(n.tgt[0]) / 200 < 0.75
     assert draws == [synth.translate(tree, lex, random.Random(s), needs=False)[0][1] for s in range(200)]
 
 

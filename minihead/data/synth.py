@@ -361,9 +361,10 @@ def translate(tree, lex, rng, needs=True, particles=False):
     """Target tokens and alignment for a source tree (see the module docstring for the rules).
 
     ``needs=False`` is the control language: the same words in the same order, but no form depends on
-    a word other than the one it translates (no sandhi ending, one subject and one object particle, no
-    adverb class suffix, no adjective gender), so the encoder has nothing to fetch from a neighbour or a
-    relative. ``rng`` (a ``random.Random``) only chooses between synonyms, and both variants draw from it
+    a word other than the one it translates (no sandhi ending, no case on the subject and object nouns
+    and one particle after a name whatever its role, no adverb class suffix, no adjective gender), so the
+    encoder has nothing to fetch from a neighbour or a relative. (With ``particles=True`` the control has
+    one subject and one object particle, as the earlier variant had.) ``rng`` (a ``random.Random``) only chooses between synonyms, and both variants draw from it
     identically. ``align[k]`` is the source word the k-th target token realises; a case particle is
     aligned to the verb that selects it.
 
@@ -419,8 +420,8 @@ def translate(tree, lex, rng, needs=True, particles=False):
             emit(lex.and_tgt, c)
         if tree.upos[i] == "PROPN":
             emit(tree.tokens[i], i)  # names are copied
-            if case is not None:
-                emit(*case)
+            if case is not None:     # the control: one particle for both roles (no role or class to fetch)
+                emit(case[0] if needs else lex.subj_case_tgt[0], case[1])
         else:
             e, number = lex.by_form[tree.tokens[i]]
             for d in child(i, "det"):
@@ -428,8 +429,8 @@ def translate(tree, lex, rng, needs=True, particles=False):
             for a in child(i, "amod"):   # before the noun, agreeing with its gender (unseen in the source)
                 emit(stem(lex.by_form[tree.tokens[a]][0]) + (GENDER_SUFFIX[e.gender] if needs else ""), a,
                      sandhi=True)
-            emit(stem(e) + (PLURAL_SUFFIX if number == "Plur" else "") + (case[0] if case is not None else ""), i,
-                 sandhi=(e.kind == "noun"))
+            fused = case[0] if case is not None and needs else ""    # the control's nouns carry no case
+            emit(stem(e) + (PLURAL_SUFFIX if number == "Plur" else "") + fused, i, sandhi=(e.kind == "noun"))
             for m in child(i, "nmod"):
                 pp(m)
             for r in child(i, "acl:relcl"):
@@ -643,8 +644,9 @@ def _readme(splits, lex, seed, needs=True, particles=False):
           "the source never shows). The subject's head noun takes a case suffix chosen by its verb's class "
           f"({subj_cases}), the object's another ({obj_cases}), as in ergative languages, fused into the noun's "
           "token (`noun[-en][CASE]-sandhi`), so the encoder has to bring the verb's class to the noun; a name "
-          "keeps its copied form and is followed by the case as a particle. Control: one subject case and one "
-          "object case. (`--particles` writes the case as a separate particle token instead; the decoder then "
+          "keeps its copied form and is followed by the case as a particle. Control: no case on the nouns, and "
+          "one particle after a name whatever its role, so nothing depends on the verb or on the role. "
+          "(`--particles` writes the case as a separate particle token instead; the decoder then "
           "fetches the class from the verb itself and no nsubj or obj encoder head appeared.)")
     w("- *Need (advmod, adverb -> verb):* adverbs move to just before the verb and take a suffix for the "
       f"verb's class ({', '.join(f'-{x}' for x in ADV_SUFFIX)}). Control: no suffix.\n"
