@@ -542,7 +542,7 @@ from minihead.reproduce import importance_summary, judge_against_study
 
 summ = importance_summary(imp)            # the numbers `python -m minihead reproduce` judges, from the same stage
 CLAIMS = ("few_heads", "relevance_ablation", "confident")
-verdicts = findings.importance_verdicts(summ)   # as findings.study_verdicts builds them for every seed
+verdicts = findings.importance_verdicts(summ, cfg.n_heads)   # as findings.study_verdicts builds them per seed
 # they are the numbers of section 3.3: the z-rule's magnitude shares and rho, and the official variant's rho
 same = [max(abs(a - float(b)) for a, b in zip(summ["top_quarter_share_abs"], share["enc"]))]
 same += [abs(summ[f"rho_relevance_{b_}_abs"] - rho[("relevance", b_, "enc")]) for b_ in ("confidence", "ablation")]

@@ -84,19 +84,24 @@ class Syntactic(Verdict):
 @dataclass
 class FewHeads(Verdict):
     top_quarter: list     # per layer: share of the layer's relevance held by its top quarter of heads
-    uniform: float        # that share if every head had the same relevance (0.25)
+    uniform: float        # that share if every head had the same relevance: ceil(H / 4) / H (0.25 for H = 4, 8)
 
     def numbers(self):
         return {**{f"top_quarter_L{i}": t for i, t in enumerate(self.top_quarter)},
                 "top_quarter_min": min(self.top_quarter) if self.top_quarter else None}
 
 
-def few_heads(top_quarter_shares, margin=FEW_HEADS_MARGIN):
+def few_heads(top_quarter_shares, n_heads=4, margin=FEW_HEADS_MARGIN):
     """Sec. 4, "only a few heads carry most of the relevance": held when every layer's top-quarter share is
-    >= 0.25 + ``margin``. ``top_quarter_shares``: one share per layer, from magnitude or official-rule
-    relevance (signed z-rule shares can exceed 1 where heads cancel, so they are not a share of anything)."""
+    >= uniform + ``margin``, where uniform = ceil(H / 4) / H is the share of the top ceil(H / 4) heads
+    (:func:`minihead.importance.top_quarter_share`) when all H heads are equal: 0.25 for 4 or 8 heads, but
+    0.5 for 2, whose "top quarter" is one head of two. ``top_quarter_shares``: one share per layer, from
+    magnitude or official-rule relevance (signed z-rule shares can exceed 1 where heads cancel, so they are
+    not a share of anything)."""
     tq = [float(t) for t in top_quarter_shares]
-    return FewHeads(held=bool(tq) and all(t >= 0.25 + margin - 1e-12 for t in tq), top_quarter=tq, uniform=0.25)
+    uniform = math.ceil(n_heads / 4) / n_heads
+    return FewHeads(held=bool(tq) and all(t >= uniform + margin - 1e-12 for t in tq), top_quarter=tq,
+                    uniform=uniform)
 
 
 @dataclass
@@ -330,13 +335,13 @@ FINDINGS = {
 }
 
 
-def importance_verdicts(summary):
+def importance_verdicts(summary, n_heads=4):
     """The three relevance findings of sec. 4 (few heads, relevance ~ ablation, important heads confident) from
     :func:`minihead.reproduce.importance_summary`, judged on the paper's z-rule with magnitude shares
     |r_h| / sum_h' |r_h'| per prediction: the signed shares of a layer nearly cancel on these models, so they
     neither form a share nor rank heads (chapter 2, sec. 3.3). The official variant's rho rides along in the
-    numbers; the report prints every rule's."""
-    return {"few_heads": few_heads(summary["top_quarter_share_abs"]),
+    numbers; the report prints every rule's. ``n_heads``: heads per encoder layer (sets the uniform share)."""
+    return {"few_heads": few_heads(summary["top_quarter_share_abs"], n_heads),
             "relevance_ablation": relevance_agrees_with_ablation(summary["rho_relevance_ablation_abs"],
                                                                  summary.get("rho_relevance_ablation_official")),
             "confident": important_heads_confident(summary["rho_relevance_confidence_abs"],
@@ -352,7 +357,7 @@ def study_verdicts(summary, report, base, enc, allk, scratch, cfg):
     n_enc = cfg.n_enc_layers * cfg.n_heads
     paired = allk[-len(scratch):] if scratch else []
     return {
-        **importance_verdicts(summary),
+        **importance_verdicts(summary, cfg.n_heads),
         "positional": positional(report),
         "syntactic": syntactic(report),
         "rare_word": rare_word(report),

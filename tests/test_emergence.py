@@ -57,11 +57,15 @@ def test_syntactic_needs_ten_points_over_the_offset_baseline_per_relation():
 
 def test_few_heads_need_ten_points_over_uniform_in_every_layer():
     """Sec. 4, "only a few heads carry most relevance": held when EVERY layer's top quarter of heads holds
-    >= 0.25 + 0.10 of the layer's relevance; one layer at 0.34 breaks it."""
+    >= uniform + 0.10 of the layer's relevance, uniform = ceil(H / 4) / H (0.25 for 4 or 8 heads, 0.5 for 2:
+    one head of two); one layer at 0.34 breaks it, and with 2 heads 0.55 is not "a few heads"."""
     assert findings.few_heads([0.35, 0.6]).held
     v = findings.few_heads([0.34, 0.9])
     assert not v.held and v.top_quarter == [0.34, 0.9] and v.uniform == 0.25
     assert not findings.few_heads([]).held
+    assert findings.few_heads([0.35], n_heads=8).held and findings.few_heads([0.35], n_heads=8).uniform == 0.25
+    v2 = findings.few_heads([0.55, 0.9], n_heads=2)
+    assert not v2.held and v2.uniform == 0.5 and findings.few_heads([0.6, 0.9], n_heads=2).held
 
 
 def test_rare_word_head_needs_three_times_chance():
