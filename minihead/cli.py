@@ -391,6 +391,14 @@ def validate_emergence(a):
         check_output_file(a.json, "--json")
     if a.study:
         check_output_file(a.study, "--study")
+    a.prune_lambdas = ()
+    if a.prune:
+        try:
+            a.prune_lambdas = tuple(float(x) for x in a.prune.split(",") if x.strip())
+        except ValueError:
+            raise UsageError(f"--prune {a.prune!r}: give L0 weights separated by commas, e.g. 0.05,0.1") from None
+        if not a.prune_lambdas or any(x < 0 for x in a.prune_lambdas):
+            raise UsageError(f"--prune {a.prune!r}: give at least one L0 weight, none negative")
 
 
 VALIDATE = {"train": validate_train, "translate": validate_translate, "evaluate": validate_evaluate,

@@ -8,6 +8,11 @@ and the rare-word share (sec. 5.3). The verdicts come from :mod:`minihead.findin
 paper's criteria. Models are cached per seed under ``runs/emergence/`` by :func:`minihead.study.load_study`
 (the folder names every setting that determines the model, BLAS thread count and data hash included), so a
 second call only measures.
+
+``--prune 0.05,0.1,0.2`` also prunes each seed's encoder heads with the hard-concrete gates at those lambdas
+(:func:`minihead.prune.sweep`, cached beside the model) and judges sec. 6's two encoder findings on the heads
+the seed's own measurement gave a role: most heads prunable at small cost, and the specialised heads among the
+survivors (Figure 8).
 """
 import json
 import os
@@ -26,6 +31,7 @@ class SeedResult:
     positional: dict          # findings.positional(...) as a dict
     syntactic: dict           # findings.syntactic(...) as a dict
     rare: dict                # findings.rare_word(...) as a dict
+    pruning: dict = None      # with --prune: per-lambda survivors and the two encoder pruning verdicts
 
 
 def measure(params, cfg, vocab, trees, src_freq):
@@ -36,7 +42,41 @@ def measure(params, cfg, vocab, trees, src_freq):
             findings.rare_word(rep).to_dict())
 
 
-def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True):
+def head_roles_of(r):
+    """{(layer, head): set of roles} from one seed's measured verdict dicts: the positional heads (sec. 5.1), the
+    heads over the offset baseline for some relation (sec. 5.2) and the rare-word head if it holds (sec. 5.3)."""
+    roles = {}
+    for l, h, _ in r["positional"]["heads"]:
+        roles.setdefault((l, h), set()).add("positional")
+    for _, _, l, h, _, _ in r["syntactic"]["heads"]:
+        roles.setdefault((l, h), set()).add("syntactic")
+    if r["rare"]["held"] and r["rare"]["head"] is not None:
+        roles.setdefault(tuple(r["rare"]["head"]), set()).add("rare")
+    return roles
+
+
+def prune_seed(s, r, lambdas, steps=600, n_test=300, progress=True):
+    """Prune the encoder heads of study ``s`` at each lambda (cached beside the model) and judge, on the roles
+    that the seed's measurement ``r`` found: :func:`minihead.findings.most_encoder_heads_prunable` and
+    :func:`minihead.findings.specialised_heads_survive`. Returns a plain dict."""
+    from .prune import baseline, sweep
+    n_enc = s.cfg.n_enc_layers * s.cfg.n_heads
+    roles = head_roles_of(r)
+    base = baseline(s, n_test=n_test)
+    runs = sweep(s, lambdas, "enc", steps, n_test=n_test, progress=progress)
+    kept = [{"lam": float(x["lam"]), "bleu": float(x["bleu"]),
+             "heads": [[l, h] for l, row in enumerate(x["retained"]["enc"]) for h, k in enumerate(row) if k]}
+            for x in runs]
+    for k in kept:
+        k["with_role"] = [lh for lh in k["heads"] if tuple(lh) in roles]
+    return json.loads(json.dumps({
+        "bleu_before": float(base["bleu"]), "n_enc": n_enc, "roles": [[l, h, sorted(v)] for (l, h), v in roles.items()],
+        "runs": kept, "prunable": findings.most_encoder_heads_prunable(runs, base["bleu"], n_enc).to_dict(),
+        "specialised_survive": findings.specialised_heads_survive(runs, roles, n_enc).to_dict()}))
+
+
+def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True, prune_lambdas=(), prune_steps=600,
+             prune_n_test=300):
     """Train (or reuse) the model of one seed and measure it; returns a SeedResult. The model is the study model
     of :func:`minihead.study.load_study` (cached in its run folder, named by preset, settings, seed, BLAS threads
     and data hash); the measurement is cached beside it, keyed by the trees it was made on."""
@@ -53,7 +93,10 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
 
     r = cached_json(os.path.join(os.path.dirname(s.path), "emergence.json"), key, compute)
     r.pop("cached", None)
-    return SeedResult(**json.loads(json.dumps(r)))   # the same plain values whether computed or read back
+    r = json.loads(json.dumps(r))   # the same plain values whether computed or read back
+    if prune_lambdas:
+        r["pruning"] = prune_seed(s, r, prune_lambdas, prune_steps, prune_n_test, progress=progress)
+    return SeedResult(**r)
 
 
 def summary(results):
@@ -79,6 +122,18 @@ def summary(results):
                      f"{sum(len(r.syntactic['relations_held']) >= k for r in results)} of {n} seeds")
     lines.append(f"rare-word head (>= {findings.RARE_FACTOR} x chance): "
                  f"{sum(bool(r.rare['held']) for r in results)} of {n} seeds")
+    if all(r.pruning for r in results):
+        lines += ["", "Encoder heads pruned (hard-concrete gates; heads with a role marked *):", "",
+                  "| seed | roles | BLEU before | lambda: heads kept (BLEU) |", "|---|---|---|---|"]
+        for r in results:
+            p = r.pruning
+            roles = ", ".join(f"L{l}H{h} {'+'.join(v)}" for l, h, v in p["roles"]) or "none"
+            runs = "; ".join(f"{k['lam']:g}: {' '.join(f'L{l}H{h}' + ('*' if [l, h] in k['with_role'] else '') for l, h in k['heads']) or 'none'} ({k['bleu']:.1f})"
+                             for k in p["runs"])
+            lines.append(f"| {r.seed} | {roles} | {p['bleu_before']:.1f} | {runs} |")
+        lines.append("")
+        for name in ("prunable", "specialised_survive"):
+            lines.append(f"{findings.FINDINGS[name]}: {sum(bool(r.pruning[name]['held']) for r in results)} of {n} seeds")
     return "\n".join(lines)
 
 
@@ -97,6 +152,9 @@ def add_emergence_command(subparsers):
     s.add_argument("--n-trees", type=int, default=None, help="measure on the first N dev trees (default all)")
     s.add_argument("--runs", default="runs/emergence", help="cache folder of the models")
     s.add_argument("--json", default=None, help="also write the results to this JSON file")
+    s.add_argument("--prune", default=None, metavar="LAMBDAS",
+                   help="also prune each seed's encoder heads at these comma-separated L0 weights, e.g. 0.05,0.1,0.2, "
+                   "and judge whether most heads are prunable and the heads with a role survive")
     s.add_argument("--study", default=None, help="also write the study over seeds (per-seed verdicts, their summary "
                    "and provenance) for the chapters, e.g. chapters/studies/emerge.json")
     s.set_defaults(func=cmd_emergence)
@@ -118,7 +176,7 @@ def cmd_emergence(a):
     results = []
     for seed in a.seeds_list:
         print(f"seed {seed}: training / measuring ({a.config}, {a.data})", flush=True)
-        results.append(run_seed(a.data, a.config, seed, a.settings, a.runs, a.n_trees))
+        results.append(run_seed(a.data, a.config, seed, a.settings, a.runs, a.n_trees, prune_lambdas=a.prune_lambdas))
     print(f"\n## Emergence: {a.config}, {a.data}, seeds {','.join(map(str, a.seeds_list))}, "
           f"{study.blas_threads()} BLAS thread(s)\n")
     print(summary(results))
@@ -143,7 +201,9 @@ def study_doc(results, config, data, n_trees, overrides):
     """The study over seeds as the chapters read it (:func:`minihead.reproduce.load_shipped_study`): per-seed
     verdicts of the three head functions, :func:`minihead.findings.summarize` of them, and the provenance."""
     per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps,
-                 "findings": {"positional": r.positional, "syntactic": r.syntactic, "rare_word": r.rare}}
+                 "findings": {"positional": r.positional, "syntactic": r.syntactic, "rare_word": r.rare,
+                              **({"prunable": r.pruning["prunable"],
+                                  "specialised_survive": r.pruning["specialised_survive"]} if r.pruning else {})}}
                 for r in results]
     return {"study": config, "seeds": [r.seed for r in results], "blas_threads": study.blas_threads(),
             "per_seed": per_seed, "summary": findings.summarize([p["findings"] for p in per_seed]),

@@ -104,6 +104,35 @@ def test_emergence_command_trains_measures_and_caches_per_seed(tmp_path, capsys)
     assert doc["provenance"]["preset"]["model"]["d_model"] == 16 and doc["provenance"]["n_trees"] == 6
 
 
+def test_head_roles_of_a_seed_come_from_its_verdicts():
+    """emergence.head_roles_of: positional heads, heads over the offset baseline for a relation, and the rare-word
+    head only when its verdict holds, as {(layer, head): roles}."""
+    r = {"positional": {"heads": [[3, 1, 1]]},
+         "syntactic": {"heads": [["obj", "dep->head", 3, 1, 0.8, 0.4], ["amod", "dep->head", 2, 0, 0.9, 0.5]]},
+         "rare": {"held": False, "head": [0, 0]}}
+    assert emergence.head_roles_of(r) == {(3, 1): {"positional", "syntactic"}, (2, 0): {"syntactic"}}
+    r["rare"]["held"] = True
+    assert emergence.head_roles_of(r)[(0, 0)] == {"rare"}
+
+
+def test_emergence_prunes_encoder_heads_and_judges_survivors(tmp_path):
+    """run_seed(prune_lambdas=...): one encoder pruning run per lambda (cached: a second call reads the same
+    survivors), the survivors' heads with a role among the seed's own role heads, and the two encoder pruning
+    verdicts of sec. 6 (most heads prunable; specialised heads survive) in the result."""
+    settings = dict(max_steps=3, eval_every=3, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)
+    args = ("data_small", "quick", 1, settings, str(tmp_path / "runs"), 6)
+    kw = dict(progress=False, prune_lambdas=(0.0, 50.0), prune_steps=4, prune_n_test=5)
+    r = emergence.run_seed(*args, **kw)
+    p = r.pruning
+    assert [k["lam"] for k in p["runs"]] == [0.0, 50.0] and p["n_enc"] == 3 * 2
+    roles = {(l, h) for l, h, _ in p["roles"]}
+    for k in p["runs"]:
+        assert all(0 <= l < 3 and 0 <= h < 2 for l, h in k["heads"])
+        assert [lh for lh in k["heads"] if tuple(lh) in roles] == k["with_role"]
+    assert set(p["prunable"]) >= {"held", "numbers"} and set(p["specialised_survive"]) >= {"held", "numbers"}
+    assert emergence.run_seed(*args, **kw).pruning == p
+
+
 def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path, monkeypatch):
     """A study written by `emergence --study` is read by reproduce.load_shipped_study(preset name) when its
     provenance is today's preset (no overrides) and data_small's content hash; a study made with other settings
@@ -129,6 +158,8 @@ def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path
     (["emergence", "--set", "seed=3"], "give the seeds with --seeds"),
     (["emergence", "--data", "/nope"], "/nope: no such data folder"),
     (["emergence", "--n-trees", "0"], "--n-trees"),
+    (["emergence", "--prune", "0.1,x"], "--prune '0.1,x': give L0 weights"),
+    (["emergence", "--prune", "-1"], "none negative"),
 ])
 def test_emergence_refuses_bad_arguments_in_one_line(argv, message, capsys):
     """Bad seeds, a seed given through --set, a missing data folder and a non-positive --n-trees exit 2 with one
