@@ -101,11 +101,11 @@ print(f"{sum(v.size for v in theta.values())} parameters; worst directional rela
 #
 # `data_small/` holds an English-like source language with gold dependency trees and a verb-final target language
 # derived from the trees whose translation *needs* what the paper's heads do (see `data_small/README.md`): a
-# word's ending is set by the next source word (sandhi: a positional +1 need); the subject and object particles and
-# the adverb suffix are chosen by a hidden class of the verb (nsubj, obj and advmod: dependent -> verb); adjectives
-# come before their noun and agree with its hidden gender (amod). `data_small/control/` is the same language
-# without these needs. `load_study` trains the preset once (Adam with the inverse-square-root warm-up, label
-# smoothing 0.1, dropout 0.1, early stopping on dev BLEU) and afterwards reads the cached checkpoint from
+# word's ending is set by the next source word (sandhi: a positional +1 need); the case suffix fused onto the subject
+# and the object noun and the adverb suffix are chosen by a hidden class of the verb (nsubj, obj and advmod:
+# dependent -> verb); adjectives come before their noun and agree with its hidden gender (amod).
+# `data_small/control/` is the same language without these needs. `load_study` trains the preset once (Adam with
+# the inverse-square-root warm-up, label smoothing 0.1, dropout 0.1, early stopping on dev BLEU) and afterwards reads the cached checkpoint from
 # `runs/<preset>-t<BLAS threads>-<data hash>/` (`minihead.study.run_folder`), so a model trained with another
 # thread count or on another language is never reused.
 
@@ -179,12 +179,15 @@ plt.show()
 #
 # What this chapter claims, asserted: the hand-written gradients match numerical ones; training reduced the loss
 # and reached a useful BLEU (the later chapters need a model that translates well enough for pruning to show a
-# "little loss" and a "large loss" regime); beam search is not worse than greedy by more than noise.
+# "little loss" and a "large loss" regime); beam search is not worse than greedy by more than noise. The quick
+# model's floor is low on purpose: 600 steps on 10k pairs of a language whose noun forms depend on their verb reach
+# test BLEU 10.0-11.7 over the study's three seeds (`chapters/studies/quick.json`); the earlier variant of the
+# language, with the case as a separate particle, reached 22-27 and had a floor of 20.
 
 # %%
 assert err_ln < 1e-6 and err_model < 1e-6, (err_ln, err_model)
 assert study.history[-1]["loss"] < study.history[0]["loss"] or len(study.history) == 1
-min_bleu = 20 if QUICK else 60
+min_bleu = 8 if QUICK else 60
 assert s_beam["bleu"] > min_bleu, f"test BLEU {s_beam['bleu']:.1f} <= {min_bleu}"
 assert s_beam["bleu"] >= s_greedy["bleu"] - 1.0, (s_beam["bleu"], s_greedy["bleu"])
 print(f"all checks hold: test BLEU {s_beam['bleu']:.2f} (beam 4)")

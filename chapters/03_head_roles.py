@@ -349,8 +349,9 @@ print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) 
 # ## 5. What reproduced, and at which scale
 #
 # The language of `data_small/` is built so that translating it *needs* each function: the sandhi ending of a word
-# is set by the next source word (a +1 positional need), the subject and object particles and the adverb suffix by
-# the verb's hidden class (nsubj, obj and advmod, dependent -> verb), an adjective's gender suffix by its noun (amod).
+# is set by the next source word (a +1 positional need), the case suffix of the subject and the object noun and the
+# adverb suffix by the verb's hidden class (nsubj, obj and advmod, dependent -> verb), an adjective's gender suffix
+# by its noun (amod).
 # Whether a model meets these needs with heads of the paper's kind is what this section judges, by the paper's
 # criteria in `minihead/findings.py` (90% of the queries where the offset exists and confidence > 0.8; 10 points
 # over the best fixed offset; 3 x chance on the rarest word), so no threshold is retyped here.

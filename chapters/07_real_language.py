@@ -37,14 +37,15 @@ if not HAVE_DATA:
 #
 # `load_real_study` tokenizes the raw text (case kept), learns BPE on the training pairs, trains the preset and caches
 # everything in `runs/real-*`. Quick mode: the `quick` preset (3+3 layers x 4 heads, d_model 64, 10k pairs, 4,000 merges,
-# 600 steps); full mode: `default` (6+6 x 4, d_model 128, all 29k pairs, 8,000 merges).
+# 600 steps); full mode: the recipe in which the head functions form on data_small, `emerge` (6 encoder + 2 decoder
+# layers, 2 heads of 64 dimensions, d_model 128, 2,400 steps, all 29k pairs, 8,000 merges).
 
 # %%
 if HAVE_DATA:
     from minihead.study import load_real_study
     study = load_real_study(str(M30K / "train.en"), str(M30K / "train.de"), str(M30K / "val.en"), str(M30K / "val.de"),
                             str(M30K / "test_2016_flickr.en"), str(M30K / "test_2016_flickr.de"),
-                            name="quick" if QUICK else "default")
+                            name="quick" if QUICK else "emerge")
     cfg = study.cfg
     print(f"{study.name}: vocabulary {len(study.vocab)} BPE pieces, {len(study.corpus.train_src)} training pairs")
     for h in study.history:
@@ -98,7 +99,7 @@ if HAVE_DATA:
 
 # %%
 if HAVE_DATA:
-    from minihead import importance
+    from minihead import findings, importance
     from minihead.data.vocab import batches
     v = study.vocab
     n_rel = 150 if QUICK else 300       # per prediction: one relevance pass per target position
@@ -108,7 +109,7 @@ if HAVE_DATA:
     conf = importance.head_confidence(study.params, cfg, bs)["enc"]
     tq = importance.top_quarter_share(rel)
     print("top-quarter relevance (magnitude) share per encoder layer:", [round(float(t), 2) for t in tq],
-          "(uniform 0.25)")
+          f"(uniform {findings.few_heads(tq, cfg.n_heads).uniform:.2f})")
     print(f"Spearman relevance ~ confidence: {importance.rank_agreement(rel, conf):.2f}")
     importance.plot_importance(rel, conf, title="encoder heads, Multi30k val")
     plt.show()
@@ -119,17 +120,19 @@ if HAVE_DATA:
 # The verdicts below use the criteria of `minihead/findings.py`, as on data_small. On real language there is no
 # study over seeds yet (training one model per seed at a scale where heads could form costs hours on 2 cores), so,
 # by the rule of the other chapters, **no finding is asserted here**: each is printed for this one model, which is an
-# anecdote, not a claim. In earlier runs at both scales (before issue 17's measurement changes) the picture was the
-# same as on the quick model of data_small: no positional head and no syntactic head above the fixed-offset baseline
-# on EWT, and a head pointing to the rarest word above chance; the cell prints what this run measures. Only that
-# training improved dev BLEU is asserted.
+# anecdote, not a claim. The full-mode model is the `emerge` recipe that grows positional and syntactic heads on
+# data_small in every seed; on Multi30k it did not (the shipped outputs: no positional head, every relation below
+# its fixed-offset baseline on EWT, a head on the rarest word above chance but under 3x). English captions into
+# German give the encoder little that the decoder cannot fetch itself, which is the reading the control language
+# of data_small supports; the paper's heads were found on WMT and OpenSubtitles EN-RU, with millions of pairs.
+# Only that training improved dev BLEU is asserted.
 
 # %%
 if HAVE_DATA:
     from minihead import findings
     assert study.history[-1]["dev_bleu"] > study.history[0]["dev_bleu"], "training improved dev BLEU"
     v_pos, v_syn, v_rare = findings.positional(rep), findings.syntactic(rep), findings.rare_word(rep)
-    v_few = findings.few_heads(tq)
+    v_few = findings.few_heads(tq, cfg.n_heads)
     print(f"one model, {'quick' if QUICK else 'full'} scale, EWT dev trees (printed, not asserted):")
     for name, v in (("positional", v_pos), ("syntactic", v_syn), ("rare_word", v_rare), ("few_heads", v_few)):
         print(f"  {findings.FINDINGS[name]}: {'holds' if v.held else 'does not hold'}; "
