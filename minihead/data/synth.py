@@ -438,6 +438,15 @@ def translate(tree, lex, rng, needs=True, particles=False):
         for c in child(i, "conj"):
             np(c)
 
+    def argument(i, case):
+        """Subject or object NP i with its ``case`` (marker, verb): fused onto the head noun, or with
+        ``particles`` a particle token after the whole NP."""
+        if particles:
+            np(i)
+            emit(*case)
+        else:
+            np(i, case=case)
+
     def pp(i):
         np(i)
         for c in child(i, "case"):
@@ -453,20 +462,12 @@ def translate(tree, lex, rng, needs=True, particles=False):
             if tree.upos[k] == "PRON":
                 emit(lex.rel_tgt[tree.deprels[k]], k)
         if tree.upos[subj] != "PRON":
-            if particles:
-                np(subj)
-                emit(lex.subj_case_tgt[k_case], v)   # ergative-like: the verb's class marks its subject
-            else:
-                np(subj, case=(lex.subj_case_tgt[k_case], v))
+            argument(subj, (lex.subj_case_tgt[k_case], v))   # ergative-like: the verb's class marks its subject
         for o in child(v, "obl"):
             pp(o)
         for o in obj:
             if tree.upos[o] != "PRON":
-                if particles:
-                    np(o)
-                    emit(lex.case_tgt[k_case], v)
-                else:
-                    np(o, case=(lex.case_tgt[k_case], v))
+                argument(o, (lex.case_tgt[k_case], v))
         for a in child(v, "advmod"):
             emit(stem(lex.by_form[tree.tokens[a]][0]) + (ADV_SUFFIX[e.vclass] if needs else ""), a, sandhi=True)
         emit(stem(e) + VERB_SUFFIX[(tense, number_of(subj))], v, sandhi=True)
