@@ -195,10 +195,10 @@ def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_w
     return RolesReport(
         n_layers=cfg.n_enc_layers, n_heads=cfg.n_heads, words=words, maps=maps,
         confidence=confidence, shares=shares, shares_possible=shares_possible,
-        positional=roles.positional_heads(shares_possible), acc=acc, counts=counts, baseline=baseline,
+        positional=roles.positional_heads(shares_possible, confidence=confidence), acc=acc, counts=counts, baseline=baseline,
         offsets=offsets, syntactic=roles.syntactic_heads(acc, baseline),
         table=roles.table1(acc, baseline, counts), rare=rare,
-        roles=roles.classify_heads(shares_possible, acc, baseline, rare),
+        roles=roles.classify_heads(shares_possible, acc, baseline, rare, confidence=confidence),
         n_words=sum(len(w) for w in words), n_unknown=len(unknown_words(vocab, words, bpe)))
 
 

@@ -29,7 +29,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from . import backend, paper
-from .roles import RELATIONS
+from .roles import RELATIONS, positional_heads
 
 POSITIONAL_SHARE = paper.POSITIONAL["threshold"]          # 0.9 of the queries on one offset
 POSITIONAL_CONFIDENCE = paper.POSITIONAL["min_confidence"]  # confidence > 0.8
@@ -124,8 +124,7 @@ def positional(report, share=POSITIONAL_SHARE, confidence=POSITIONAL_CONFIDENCE)
     conf = backend.to_host(report.confidence)                                   # (L, H)
     lh, k = divmod(int(sp.argmax()), 2)                                          # flat index of (L, H, 2)
     l, h = divmod(lh, sp.shape[1])
-    heads = [(li, hi, (-1, 1)[ki]) for li in range(sp.shape[0]) for hi in range(sp.shape[1])
-             for ki in range(2) if sp[li, hi, ki] >= share and conf[li, hi] > confidence]
+    heads = [(li, hi, off) for (li, hi), off in sorted(positional_heads(sp, share, conf, confidence).items())]
     return Positional(held=bool(heads), share=float(sp[l, h, k]), share_all=float(sa[l, h, k]),
                       offset=(-1, 1)[k], head=(l, h), confidence=float(conf[l, h]), heads=heads)
 

@@ -149,17 +149,21 @@ def positional_shares(maps, possible_only=True):
     return xp.stack(shares, axis=-1)                                             # (L, H, 2)
 
 
-def positional_heads(shares, threshold=paper.POSITIONAL["threshold"]):
-    """Heads whose share of one offset reaches ``threshold`` (sec. 5.1: 90%).
+def positional_heads(shares, threshold=paper.POSITIONAL["threshold"], confidence=None,
+                     min_confidence=paper.POSITIONAL["min_confidence"]):
+    """Heads whose share of one offset reaches ``threshold`` (sec. 5.1: 90%) and, when the heads' ``confidence``
+    ((L, H), :func:`confidence`) is given, whose confidence exceeds ``min_confidence`` (every positional head of
+    the paper has confidence above 0.8; :func:`minihead.findings.positional` judges by both).
 
     Returns {(layer, head): offset}, offset -1 or +1 (the larger share if both qualify).
     """
-    shares = backend.to_host(shares)
+    shares = backend.to_host(shares)                                            # (L, H, 2)
+    conf = None if confidence is None else backend.to_host(confidence)          # (L, H)
     out = {}
     for l in range(shares.shape[0]):
         for h in range(shares.shape[1]):
             k = int(shares[l, h].argmax())
-            if shares[l, h, k] >= threshold - _EPS:
+            if shares[l, h, k] >= threshold - _EPS and (conf is None or conf[l, h] > min_confidence):
                 out[(l, h)] = (-1, 1)[k]
     return out
 
@@ -422,11 +426,13 @@ def rare_token_shares(maps, sentences, freqs, top_n=None, vocab_size=None):
 # Roles (Figure 8)
 
 def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_threshold=paper.POSITIONAL["threshold"],
-                   margin=paper.SYNTACTIC_MARGIN, rare_factor=paper.RARE_FACTOR):
+                   margin=paper.SYNTACTIC_MARGIN, rare_factor=paper.RARE_FACTOR, confidence=None,
+                   min_confidence=paper.POSITIONAL["min_confidence"]):
     """Roles of every head: a subset of {"positional", "syntactic", "rare"} (Figure 8).
 
     positional: :func:`positional_heads` of ``shares`` at ``positional_threshold`` (sec. 5.1; pass the
-    shares over the queries where the offset exists, :func:`positional_shares`' default);
+    shares over the queries where the offset exists, :func:`positional_shares`' default), and with confidence
+    above ``min_confidence`` when ``confidence`` is given (as :func:`minihead.findings.positional` judges);
     syntactic: :func:`syntactic_heads` for at least one (relation, direction) (sec. 5.2);
     rare: the ONE head with the highest rarest-token share, if that share is at least
     ``rare_factor`` (3) times chance (``rare.chance_rarest``) -- the paper names a single rare-word
@@ -440,7 +446,7 @@ def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_t
     n_layers, n_heads = backend.to_host(given[0]).shape[:2]
     roles = {(l, h): set() for l in range(n_layers) for h in range(n_heads)}
     if shares is not None:
-        for lh in positional_heads(shares, positional_threshold):
+        for lh in positional_heads(shares, positional_threshold, confidence, min_confidence):
             roles[lh].add("positional")
     if acc:
         if baseline is None:

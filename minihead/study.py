@@ -55,12 +55,17 @@ def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tg
 
 
 def run_folder(name, data="data_small", runs=None, **overrides):
-    """``runs/<name>[-<setting><value>...]-t<BLAS threads>-<data hash>``: everything that determines the model
-    is in the name, so the test suite (one BLAS thread) never reuses a model the command line trained with
-    two, and a regenerated data_small never reuses a model of the old one."""
+    """``runs/<name>[-<setting><value>...]-t<BLAS threads>-<hash>``, the hash over the preset's settings (with the
+    overrides) and the data's bytes: everything that determines the model is in the name, so the test suite (one
+    BLAS thread) never reuses a model the command line trained with two, a regenerated data_small never reuses a
+    model of the old one, and a preset whose settings change never reuses a model trained under the old ones."""
+    import hashlib
     from .data.corpus import resolve_data
+    from .train import preset_settings
+    key = json.dumps({"preset": preset_settings(name, **overrides), "data": data_fingerprint(resolve_data(data))},
+                     sort_keys=True)
     return os.path.join(str(runs or RUNS), f"{_tag(name, overrides)}-t{blas_threads()}-"
-                                           f"{data_fingerprint(resolve_data(data))}")
+                                           f"{hashlib.sha1(key.encode()).hexdigest()[:8]}")
 
 
 def _tag(name, overrides):
@@ -103,15 +108,18 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
     """Train (first call) or load a preset on a real parallel corpus, segmented with a BPE model learned on
     it (Sennrich et al. 2016). Raw text is tokenized with :func:`minihead.data.bpe.tokenize` (case kept).
     Without dev files the last ``n_dev`` training pairs are held out; without test files dev is reused.
-    Cached under ``runs/real-<name>-<hash>/`` (hash of the files' paths, sizes and every setting)."""
+    Cached under ``runs/real-<name>-<hash>/`` (hash of the files' paths and sizes, the preset's settings with the
+    overrides, the merges, the held-out size and the BLAS thread count)."""
     import hashlib
     from .data import bpe as bpe_mod
     from .data.corpus import read_parallel
     from .data.vocab import frequencies
+    from .train import preset_settings
     n_merges = n_merges or (4000 if name == "quick" else 8000)
     files = [p for p in (train_src, train_tgt, dev_src, dev_tgt, test_src, test_tgt) if p]
     ident = json.dumps([[os.path.abspath(p), os.path.getsize(p)] for p in files]
-                       + [name, n_merges, n_dev, sorted(overrides.items())])
+                       + [name, n_merges, n_dev, sorted(overrides.items()), preset_settings(name, **overrides),
+                          blas_threads()], sort_keys=True)
     out = os.path.join(str(runs or RUNS), f"real-{name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}")
     tok = bpe_mod.tokenize
     train = read_parallel(train_src, train_tgt, tokenize=tok)

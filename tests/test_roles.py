@@ -124,6 +124,25 @@ def test_perfect_previous_word_head_on_short_sentences_is_positional():
     assert roles.classify_heads(shares=roles.positional_shares(short))[(0, 0)] == {"positional"}
 
 
+def test_positional_head_needs_confidence_when_given():
+    """Sec. 5.1 as findings.positional judges it: share >= 0.9 on one offset AND confidence > 0.8. A head that
+    puts its largest weight on -1 for every query but only about half of its weight there (confidence 0.53) is
+    positional by share alone, and not once its confidence is given, to positional_heads and classify_heads
+    alike, so the roles that pruning judges (report.roles) are the roles the verdict counts."""
+    t = 6
+    sharp = one_hot_head(prev_targets(t), t)                                   # (T, T), 0.9 on -1
+    soft = 0.5 * sharp + 0.5 * np.full((t, t), 1.0 / t)                         # argmax still on -1
+    maps = [stack_heads([sharp, soft])]
+    shares = roles.positional_shares(maps)
+    conf = roles.confidence(maps)
+    assert host(conf)[0, 1] < 0.8 < host(conf)[0, 0]
+    assert roles.positional_heads(shares) == {(0, 0): -1, (0, 1): -1}
+    assert roles.positional_heads(shares, confidence=conf) == {(0, 0): -1}
+    got = roles.classify_heads(shares=shares, confidence=conf)
+    assert got[(0, 0)] == {"positional"} and got[(0, 1)] == set()
+    assert roles.positional_heads(shares, confidence=conf, min_confidence=0.4) == {(0, 0): -1, (0, 1): -1}
+
+
 def test_positional_share_partial():
     """A head right on -1 for 3 of the 5 queries of one sentence scores 3 / 4 over the 4 queries with a left
     neighbour (the default) and 3 / 5 over all queries."""
