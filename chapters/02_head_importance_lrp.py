@@ -405,7 +405,8 @@ plt.show()
 # ### 3.3 How concentrated is the relevance, and do the rankings agree?
 #
 # *Concentration*: the share of each layer's relevance carried by its top quarter of heads (`top_quarter_share`,
-# the top $\lceil H/4 \rceil$ heads); 0.25 if all heads were equally relevant, 1 if one quarter took everything.
+# the top $\lceil H/4 \rceil$ heads); $\lceil H/4 \rceil / H$ if all heads were equally relevant (0.25 for the quick
+# model's 4 heads, 0.5 for the default model's 2, whose "top quarter" is one head), 1 if they took everything.
 # It is computed on the z-rule's **magnitude** shares, with the official variant's beside it. The signed z-rule
 # shares are not used for it: within a layer the heads' signed relevances nearly cancel at many predictions, so the
 # per-prediction shares reach far outside $[0, 1]$ (printed below) and "the share of the top quarter" stops meaning
@@ -427,7 +428,8 @@ def perm_pvalue(a, b, n_perm=20000, seed=0):
 
 share = {k: host(importance.top_quarter_share(rel[k])) for k in KINDS}
 share_off = {k: host(importance.top_quarter_share(rel_off[k])) for k in KINDS}
-print(f"top-quarter share of relevance per layer (top {math.ceil(cfg.n_heads / 4)} of {cfg.n_heads} heads; uniform 0.25)")
+print(f"top-quarter share of relevance per layer (top {math.ceil(cfg.n_heads / 4)} of {cfg.n_heads} heads; "
+      f"uniform {math.ceil(cfg.n_heads / 4) / cfg.n_heads:.2f})")
 for k in KINDS:
     print(f"  {TITLES[k]:28s} z-rule, magnitude " + "  ".join(f"{s:.3f}" for s in share[k])
           + f"   mean {share[k].mean():.3f}")
@@ -521,8 +523,8 @@ print(f"On {n_pp} sentences the two normalisations of the official variant diffe
 # written once, in `minihead/paper.py`:
 #
 # * **A few heads carry most of the relevance** (`findings.few_heads`): in *every* encoder layer the top quarter of
-#   the heads holds at least 0.25 + `paper.FEW_HEADS_MARGIN` of the relevance, on the z-rule's magnitude shares
-#   (the official variant's beside them; the z-rule's signed shares are no shares, section 3.3).
+#   the heads holds at least the uniform share + `paper.FEW_HEADS_MARGIN` of the relevance, on the z-rule's
+#   magnitude shares (the official variant's beside them; the z-rule's signed shares are no shares, section 3.3).
 # * **Important heads are confident**, and **relevance agrees with single-head ablation**
 #   (`findings.important_heads_confident`, `findings.relevance_agrees_with_ablation`): Spearman $\rho$ over the
 #   encoder heads between the z-rule's relevance (magnitude shares) and confidence, or the ablation BLEU drop, above

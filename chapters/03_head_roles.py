@@ -200,14 +200,14 @@ print("argmax of each word row:", word_map.argmax(-1).tolist())
 
 # %% [markdown]
 # Which model: in quick mode (the tests) the small `quick` preset, in which no head function has formed yet; in full
-# mode the `emerge` preset (6 encoder and 2 decoder layers, 2 heads of 64 dimensions per layer, 2,400 steps on all
-# 30k pairs, about 10 minutes on 2 cores the first time), the recipe in which the translation's needs are met by
-# encoder heads (issue 18; the README's findings section has its study over seeds and the control language).
+# mode the `default` preset, the `emerge` recipe (6 encoder and 2 decoder layers, 2 heads of 64 dimensions per layer,
+# 2,400 steps on all 30k pairs, about 10 minutes on one core the first time), in which the translation's needs are met
+# by encoder heads (issue 18; the README's findings section has its study over seeds and the control language).
 
 # %%
 from minihead.study import load_study
 
-PRESET = "quick" if QUICK else "emerge"
+PRESET = "quick" if QUICK else "default"
 study = load_study(PRESET, progress=False)
 cfg = study.cfg
 trees = study.trees["dev"]
@@ -361,14 +361,15 @@ print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) 
 # by `python -m minihead reproduce --quick --seeds 1,2,3`): a finding that held in every seed is a claim, asserted
 # for this chapter's model too; one that held in some seeds is shown with each seed's numbers and not asserted;
 # one that held in none is stated as not reproduced at this scale, with the numbers. In full mode the study is
-# `chapters/studies/emerge.json`, written by `python -m minihead emergence --config emerge --seeds 1,2,3 --study
-# chapters/studies/emerge.json` (the head functions only).
+# `chapters/studies/full.json`, written by `python -m minihead reproduce --seeds 1,2,3` (the default model of every
+# seed, trained, analysed and pruned alike; its head functions are those of
+# `python -m minihead emergence --config default --seeds 1,2,3`, the same models).
 
 # %%
 from minihead import findings
 from minihead.reproduce import judge_against_study
 
-scale = PRESET
+scale = "quick" if QUICK else "full"
 mine = {"positional": findings.positional(report), "syntactic": findings.syntactic(report),
         "rare_word": findings.rare_word(report)}
 v_pos, v_syn, v_rare = mine["positional"], mine["syntactic"], mine["rare_word"]

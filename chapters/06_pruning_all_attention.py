@@ -43,8 +43,8 @@ host = backend.to_host
 # Quick mode (the tests, CI): the 3+3 x 4-head quick model, two lambdas, pruning in half-size batches (1250 tokens)
 # until 90% of the gates are settled (STEPS is the cap), gates at lr 0.2, BLEU on the first 200 test sentences, and
 # ONE configuration trained from scratch (the most pruned one; its training is most of this chapter's time). Full
-# mode: the default 6+6 x 4-head model, two lambdas, the training batch size, gates at lr 0.1, the whole test set,
-# both configurations also trained from scratch.
+# mode: the default model (6+2 layers x 2 heads of 64), two lambdas, the training batch size, gates at lr 0.1, the
+# whole test set, both configurations also trained from scratch.
 from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
 SCALE = "quick" if QUICK else "full"
 S = SCALES[SCALE]

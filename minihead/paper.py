@@ -11,7 +11,7 @@ SETTING = {"layers": 6, "heads": 8, "encoder_heads": 48, "bpe": 32000,
            "baseline_bleu": {"WMT EN-RU": 29.6, "OpenSubtitles EN-RU": 32.4}}
 
 POSITIONAL = {"threshold": 0.9, "min_confidence": 0.8}   # every positional head has confidence > 0.8
-FEW_HEADS_MARGIN = 0.10   # sec. 4 "only a few heads" read as: the top quarter holds >= 10 points more than 25%
+FEW_HEADS_MARGIN = 0.10   # sec. 4 "only a few heads": the top quarter holds >= 10 points more than if all were equal
 SYNTACTIC_MARGIN = 0.10   # sec. 5.2: a syntactic head beats the most-frequent-offset baseline by >= 10 points
 RARE_FACTOR = 3.0         # sec. 5.3 gives 66% on the rarest token; this project reads "far above chance" as >= 3 x 1/T
 RANK_AGREEMENT_MIN = 0.0  # sec. 4 "important heads tend to be confident" (and relevance ~ ablation): Spearman > 0

@@ -36,10 +36,10 @@ SCALES = {
               "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10},
               "prune_all": {"log_every": 5}},
     "full": {"study": "default", "n_dev": 1000, "n_test": 1000, "n_ablation": 300, "prune_steps": 800,
-             # sized for the 90-minute budget on 2 cores: the cold run took 62 min (training 14, one pruning
-             # run ~2.3, one from-scratch training of 2,800 steps ~14.5); the other lambdas of an earlier
-             # 8 + 4 sweep added little
-             "enc_lambdas": (0.0, 0.01, 0.02, 0.03, 0.05, 0.3), "all_lambdas": (0.03, 0.1),
+             # on the default (emerge) model one seed took 69-71 min on one core with three seeds sharing two
+             # (importance 5, encoder sweep 17, all-attention sweep 6, two from-scratch trainings 41); 0.1 and 0.2
+             # fill the gap between 0.05 (8-10 of 12 heads kept) and 0.3 (2-3 kept), where the knee lies
+             "enc_lambdas": (0.0, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3), "all_lambdas": (0.03, 0.1),
              "n_scratch": 2, "scratch_steps": None,
              "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10},
              "prune_all": {"log_every": 5}},
@@ -179,8 +179,8 @@ def findings_rows(v, summ, cfg):
                 f"prediction) | {PAPER_SAYS['few_heads']} | z-rule magnitude shares (judged): "
                 f"{', '.join(f'{t:.2f}' for t in v['few_heads'].top_quarter)}"
                 + (f"; official variant: {', '.join(f'{t:.2f}' for t in tq_off)}" if tq_off else "")
-                + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: 0.25) "
-                f"| {_holds(v['few_heads'])} |")
+                + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: "
+                f"{v['few_heads'].uniform:.2f}) | {_holds(v['few_heads'])} |")
 
     def rhos(r):
         return f"z-rule magnitude shares rho = {r.rho:.2f}" + ("" if r.rho_official is None else f", official variant {r.rho_official:.2f}")
@@ -528,7 +528,8 @@ def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, tes
              f"Test BLEU {bleu['bleu']:.2f}, chrF {bleu['chrf']:.2f} (greedy, {len(src)} sentences; "
              f"{bleu['bleu_signature']}). Wall time {(time.time() - t0) / 60:.1f} min.", "",
              "## Importance", "", "top-quarter relevance share per encoder layer: "
-             + ", ".join(f"{t:.2f}" for t in summ["top_quarter_share"]) + " (uniform 0.25); "
+             + ", ".join(f"{t:.2f}" for t in summ["top_quarter_share"])
+             + f" (uniform {findings.few_heads([], H).uniform:.2f}); "
              + f"Spearman relevance~confidence {summ['rho_relevance_confidence']:.2f}, "
              + f"relevance~ablation {summ['rho_relevance_ablation']:.2f}", "",
              "## Positional heads", "", format_positional(rep), "",
