@@ -469,7 +469,9 @@ for a, b_, k in PAIRS:
 #
 # **Conservation on the trained model.** The trained model has biases; the z-rule and the official variant conserve
 # all the same (section 2.4). The plot shows how much of the starting relevance is alive after each stage, averaged
-# over a few sentences.
+# over a few sentences. Conservation is a property of the rule, so it is checked in float64 (the trained weights cast
+# up); in float32, as the model runs, the z-rule also carries roundoff, magnified where a denominator $z_j$ is close
+# to zero (on the default model up to about $10^{-3}$ of the start), printed beside.
 
 # %%
 v = study.vocab
@@ -489,13 +491,16 @@ print(f"encoder, mean top-quarter share: z-rule magnitude {share_rules[0]:.3f}, 
       f"Spearman rho between the two rules' rankings {rho_rules:+.3f}")
 
 b8 = make_batch([v.encode(s) for s in dev_src[:8]], [v.encode(t) for t in dev_tgt[:8]], list(range(8)))
-alive = {}                                  # rule -> largest |total / start - 1| over stages and sentences
+alive, alive32 = {}, {}      # rule -> largest |total / start - 1| over stages and sentences: float64, float32
+params64 = {k: a.astype(xp.float64) for k, a in study.params.items()}    # the trained weights, cast up
 fig, ax = plt.subplots(figsize=(10, 3))
 for name, opts in (("z-rule", {"linear": "z"}), ("official", {"linear": "official"}),
                    ("epsilon", {"linear": "epsilon"})):
-    rr = lrp.relevance(study.params, cfg, b8, **opts)
+    rr = lrp.relevance(params64, cfg, b8, **opts)
     names = list(rr.totals)
     alive[name] = max(float(xp.abs(rr.totals[s] / rr.n_start - 1).max()) for s in names)
+    rr32 = lrp.relevance(study.params, cfg, b8, **opts)
+    alive32[name] = max(float(xp.abs(rr32.totals[s] / rr32.n_start - 1).max()) for s in names)
     ax.plot(range(len(names)), [float((rr.totals[s] / rr.n_start).mean()) for s in names], "o-", ms=3, label=name)
 ax.axhline(1.0, c="gray", ls="--")
 ax.set_xticks(range(len(names)))
@@ -509,8 +514,10 @@ plt.show()
 print(f"On {n_pp} sentences the two normalisations of the official variant differ by at most {pp_diff:.3f} in any "
       f"share and rank the encoder heads with rho = {pp_rho:+.2f}. On the trained model (biases on) the total "
       "relevance stays within " + ", ".join(f"{alive[n]:.1e} ({n})" for n in ("z-rule", "official"))
-      + f" of the start at every stage, while the epsilon rule drifts by up to {alive['epsilon']:.2f}: the z-rule "
-      "and the official variant conserve whatever the biases, as section 2.4 showed on the tiny model.")
+      + f" of the start at every stage in float64, while the epsilon rule drifts by up to {alive['epsilon']:.2f}: the "
+      "z-rule and the official variant conserve whatever the biases, as section 2.4 showed on the tiny model. In "
+      "float32, as the model runs: " + ", ".join(f"{alive32[n]:.1e} ({n})" for n in ("z-rule", "official", "epsilon"))
+      + ", the z-rule's figure being roundoff, magnified by denominators close to zero.")
 
 # %% [markdown]
 # ## 4. The paper's claims, judged over seeds
@@ -571,7 +578,7 @@ assert max(errs.values()) < 1e-9, errs
 assert max(d for n, d in drift.items() if n.startswith("bias-free") or n in CONSERVING) < 1e-9, drift
 assert min(d for n, d in drift.items() if n.startswith("with biases") and n not in CONSERVING) > 1e-4, drift
 assert err_heads < 1e-9 and pp_diff < 0.02 and pp_rho > 0.9, (err_heads, pp_diff, pp_rho)
-assert alive["z-rule"] < 1e-3 and alive["official"] < 1e-3, alive      # conserved on the trained model (float32)
+assert alive["z-rule"] < 1e-9 and alive["official"] < 1e-9, alive      # conserved on the trained model (float64)
 # magnitude shares are shares: each layer's row sums to 1, every share in [0, 1]; so are the official variant's
 for R_ in (rel, rel_off):
     assert all(bool(xp.all(R_[k] >= 0)) and bool(xp.allclose(R_[k].sum(-1), 1.0)) for k in KINDS)
