@@ -428,8 +428,8 @@ def perm_pvalue(a, b, n_perm=20000, seed=0):
 
 share = {k: host(importance.top_quarter_share(rel[k])) for k in KINDS}
 share_off = {k: host(importance.top_quarter_share(rel_off[k])) for k in KINDS}
-print(f"top-quarter share of relevance per layer (top {math.ceil(cfg.n_heads / 4)} of {cfg.n_heads} heads; "
-      f"uniform {math.ceil(cfg.n_heads / 4) / cfg.n_heads:.2f})")
+print(f"top-quarter share of relevance per layer (top {importance.top_quarter_size(cfg.n_heads)} of {cfg.n_heads} "
+      f"heads; uniform {importance.uniform_top_quarter_share(cfg.n_heads):.2f})")
 for k in KINDS:
     print(f"  {TITLES[k]:28s} z-rule, magnitude " + "  ".join(f"{s:.3f}" for s in share[k])
           + f"   mean {share[k].mean():.3f}")

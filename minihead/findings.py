@@ -99,7 +99,8 @@ def few_heads(top_quarter_shares, n_heads=4, margin=FEW_HEADS_MARGIN):
     magnitude or official-rule relevance (signed z-rule shares can exceed 1 where heads cancel, so they are
     not a share of anything)."""
     tq = [float(t) for t in top_quarter_shares]
-    uniform = math.ceil(n_heads / 4) / n_heads
+    from .importance import uniform_top_quarter_share
+    uniform = uniform_top_quarter_share(n_heads)
     return FewHeads(held=bool(tq) and all(t >= uniform + margin - 1e-12 for t in tq), top_quarter=tq,
                     uniform=uniform)
 

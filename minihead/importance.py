@@ -215,13 +215,24 @@ def rank_agreement(a, b):
     return float((da * db).sum()) / den if den > 0 else float("nan")
 
 
+def top_quarter_size(n_heads):
+    """How many heads "the top quarter" of a layer of ``n_heads`` is: ceil(H / 4), at least one."""
+    return max(1, math.ceil(n_heads / 4))
+
+
+def uniform_top_quarter_share(n_heads):
+    """:func:`top_quarter_share` of a layer whose heads are all equally relevant: ceil(H / 4) / H (0.25 for 4 or 8
+    heads, 0.5 for 2, whose top quarter is one head of two)."""
+    return top_quarter_size(n_heads) / n_heads
+
+
 def top_quarter_share(scores):
     """Share of each layer's total carried by its top ceil(H / 4) heads: (L, H) -> (L,).
 
     The paper's observation "in each layer only a few heads carry most of the relevance"; with rows
     normalised to 1 this is the sum of the largest quarter of the row."""
     s = xp.asarray(scores, dtype="float64")
-    k = max(1, math.ceil(s.shape[-1] / 4))
+    k = top_quarter_size(s.shape[-1])
     top = -xp.sort(-s, axis=-1)[..., :k]                     # (L, k) largest first
     tot = s.sum(-1)
     return xp.where(tot != 0, top.sum(-1) / xp.where(tot != 0, tot, 1.0), 0.0)

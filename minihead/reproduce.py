@@ -36,9 +36,9 @@ SCALES = {
               "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10},
               "prune_all": {"log_every": 5}},
     "full": {"study": "default", "n_dev": 1000, "n_test": 1000, "n_ablation": 300, "prune_steps": 800,
-             # on the default (emerge) model one seed took 69-71 min on one core with three seeds sharing two
+             # on the default (emerge) model one seed took 69-79 min on one core with three seeds sharing two
              # (importance 5, encoder sweep 17, all-attention sweep 6, two from-scratch trainings 41); 0.1 and 0.2
-             # fill the gap between 0.05 (8-10 of 12 heads kept) and 0.3 (2-3 kept), where the knee lies
+             # fill the gap between 0.05 (6-8 of 12 heads kept) and 0.3 (2-3 kept), where the knee lies
              "enc_lambdas": (0.0, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3), "all_lambdas": (0.03, 0.1),
              "n_scratch": 2, "scratch_steps": None,
              "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10},
@@ -503,6 +503,7 @@ def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, tes
     head importance, head roles on the trees, and the encoder-head pruning sweep. (All-attention pruning
     and from-scratch training are left to the data_small run: they cost hours on 2 cores at this size.)"""
     from .analysis import format_positional, format_rare, format_table, head_roles
+    from .importance import uniform_top_quarter_share
     from .data.conllu_io import read_conllu
     from .evaluate import score
     from .prune import baseline, sweep
@@ -529,7 +530,7 @@ def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, tes
              f"{bleu['bleu_signature']}). Wall time {(time.time() - t0) / 60:.1f} min.", "",
              "## Importance", "", "top-quarter relevance share per encoder layer: "
              + ", ".join(f"{t:.2f}" for t in summ["top_quarter_share"])
-             + f" (uniform {findings.few_heads([], H).uniform:.2f}); "
+             + f" (uniform {uniform_top_quarter_share(H):.2f}); "
              + f"Spearman relevance~confidence {summ['rho_relevance_confidence']:.2f}, "
              + f"relevance~ablation {summ['rho_relevance_ablation']:.2f}", "",
              "## Positional heads", "", format_positional(rep), "",

@@ -371,6 +371,22 @@ def test_json_cache_is_atomic_and_a_corrupt_one_is_named(tmp_path):
         load_study("quick", runs=str(tmp_path / "runs"), progress=False, max_steps=2)
 
 
+def test_run_folder_names_every_setting_that_determines_the_model(monkeypatch):
+    """study.run_folder: runs/<name>[-<override><value>]-t<BLAS threads>-<hash of the preset's settings and the
+    data>. Changing a preset's settings (not only its overrides) changes the folder, so a stale model is never
+    reused; an override changes it; two names for the same settings share the hash (default and emerge)."""
+    from minihead.study import run_folder
+    from minihead.train import PRESETS
+    base = os.path.basename(run_folder("quick"))
+    assert base.startswith("quick-t") and len(base.rsplit("-", 1)[1]) == 8
+    assert os.path.basename(run_folder("default")).rsplit("-", 1)[1] == \
+        os.path.basename(run_folder("emerge")).rsplit("-", 1)[1]
+    assert os.path.basename(run_folder("quick", max_steps=7)).startswith("quick-max_steps7-t")
+    m, t = PRESETS["quick"]
+    monkeypatch.setitem(PRESETS, "quick", (m, {**t, "lr": t["lr"] / 2}))      # the preset itself changes
+    assert os.path.basename(run_folder("quick")) != base
+
+
 def test_translate_empty_input_rule():
     """No sentences give no translations; an empty sentence is refused naming its position (the rule of
     read_parallel and of translate --input), never decoded into a blank line."""
