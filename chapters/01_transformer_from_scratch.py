@@ -10,9 +10,10 @@
 # `backward(dout, cache) -> (dx, dparams)`. There is no autograd in the package: the backward passes are
 # written out, and the tests in `tests/test_layers.py` and `tests/test_model_grad.py` are their specification.
 #
-# *Quick mode* (`MINIHEAD_QUICK=1`, what the test suite uses) trains a small 3+3-layer model; the full chapter
-# uses the `default` model, 6 encoder and 2 decoder layers of 2 heads of 64 dimensions (the recipe in which the
-# paper's head functions form; about 10 minutes on one CPU core, trained once and cached in `runs/`).
+# *Quick mode* (`MINIHEAD_QUICK=1`, what the test suite uses) trains the small `quick` model (3 encoder and 2
+# decoder layers of 2 heads of 32 dimensions, about 2 minutes on one core); the full chapter uses the `default`
+# model, 6 encoder and 2 decoder layers of 2 heads of 64 dimensions (the recipe in which the paper's head functions
+# form; about 10 minutes on one CPU core, trained once and cached in `runs/`).
 
 # %%
 import os

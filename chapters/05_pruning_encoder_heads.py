@@ -40,7 +40,7 @@ from minihead.study import load_study
 
 T0 = time.time()
 host = backend.to_host
-# Quick mode (the tests, CI): the 3+3 x 4-head quick model, pruning in half-size batches (1250 tokens) with gates at
+# Quick mode (the tests, CI): the quick model (3+2 layers x 2 heads of 32), pruning in half-size batches (1250 tokens) with gates at
 # lr 0.2, BLEU on the first 200 test sentences. Full mode: the default model (6+2 layers x 2 heads of 64), the
 # training batch size, gates at lr 0.1, the whole test set (1000). In both, a run trains until 90% of its gates are
 # settled (see below); STEPS is only the cap.

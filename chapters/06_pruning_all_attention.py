@@ -40,7 +40,7 @@ from minihead.study import load_study
 
 T0 = time.time()
 host = backend.to_host
-# Quick mode (the tests, CI): the 3+3 x 4-head quick model, two lambdas, pruning in half-size batches (1250 tokens)
+# Quick mode (the tests, CI): the quick model (3+2 layers x 2 heads of 32), two lambdas, pruning in half-size batches (1250 tokens)
 # until 90% of the gates are settled (STEPS is the cap), gates at lr 0.2, BLEU on the first 200 test sentences, and
 # ONE configuration trained from scratch (the most pruned one; its training is most of this chapter's time). Full
 # mode: the default model (6+2 layers x 2 heads of 64), two lambdas, the training batch size, gates at lr 0.1, the

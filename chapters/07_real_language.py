@@ -36,8 +36,8 @@ if not HAVE_DATA:
 # ## 1. Train (or load) the model
 #
 # `load_real_study` tokenizes the raw text (case kept), learns BPE on the training pairs, trains the preset and caches
-# everything in `runs/real-*`. Quick mode: the `quick` preset (3+3 layers x 4 heads, d_model 64, 10k pairs, 4,000 merges,
-# 600 steps); full mode: the recipe in which the head functions form on data_small, `emerge` (6 encoder + 2 decoder
+# everything in `runs/real-*`. Quick mode: the `quick` preset (3+2 layers x 2 heads of 32, d_model 64, 10k pairs, 4,000
+# merges, 1,200 steps); full mode: the recipe in which the head functions form on data_small, `emerge` (6 encoder + 2 decoder
 # layers, 2 heads of 64 dimensions, d_model 128, 2,400 steps, all 29k pairs, 8,000 merges).
 
 # %%

@@ -258,7 +258,7 @@ def test_a_nan_checkpoint_is_refused(ws, capsys):
     ("dev_bleu_sentences=0", "setting dev_bleu_sentences=0: must be an integer >= 1"),
     ("n_train=-5", "setting n_train=-5: must be an integer >= 1"),
     ("n_heads=0", "setting n_heads=0: must be an integer >= 1"),
-    ("d_model=30", "setting d_model=30: must be divisible by n_heads=4"),
+    ("d_model=31", "setting d_model=31: must be divisible by n_heads=2"),
     ("dropout=1.5", "setting dropout=1.5: must be a number in [0, 1)"),
     ("seed=-1", "setting seed=-1: must be an integer >= 0"),
     ("pre_norm=maybe", "--set pre_norm=maybe: pre_norm must be true or false"),
