@@ -340,7 +340,7 @@ print(f"LRP-0 vs gradient x input: max |difference| = {err_gxi:.1e}; "
 # * **ablation**: the BLEU drop (greedy decoding) on a smaller set of dev sentences when the encoder head alone is
 #   switched off (its gate 0), one translation of the set per head.
 #
-# The first run computes all of it (in quick mode, mostly the 1 + 12 translations of the ablation); later runs read
+# The first run computes all of it (in quick mode, mostly the 1 + 6 translations of the ablation); later runs read
 # the cache.
 
 # %%
@@ -405,8 +405,8 @@ plt.show()
 # ### 3.3 How concentrated is the relevance, and do the rankings agree?
 #
 # *Concentration*: the share of each layer's relevance carried by its top quarter of heads (`top_quarter_share`,
-# the top $\lceil H/4 \rceil$ heads); $\lceil H/4 \rceil / H$ if all heads were equally relevant (0.25 for the quick
-# model's 4 heads, 0.5 for the default model's 2, whose "top quarter" is one head), 1 if they took everything.
+# the top $\lceil H/4 \rceil$ heads); $\lceil H/4 \rceil / H$ if all heads were equally relevant (0.5 for the 2 heads
+# a layer of both the quick and the default model, whose "top quarter" is one head; 0.25 with 4 heads), 1 if they took everything.
 # It is computed on the z-rule's **magnitude** shares, with the official variant's beside it. The signed z-rule
 # shares are not used for it: within a layer the heads' signed relevances nearly cancel at many predictions, so the
 # per-prediction shares reach far outside $[0, 1]$ (printed below) and "the share of the top quarter" stops meaning

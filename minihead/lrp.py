@@ -131,8 +131,8 @@ class Rules:
         xc, xhat, rstd, g = c_ln
         return call(self.rule("layernorm"), x, y, rstd, g, R, b=b, **self.consts)
 
-    def res(self, x, f, R):
-        return call(self.rule("residual"), x, f, R, **self.consts)
+    def res(self, x, f, R, f_in=None):
+        return call(self.rule("residual"), x, f, R, f_in=f_in, **self.consts)
 
     def attn(self, A, Q, K, V, Z, scale, R):
         return call(self.rule("attention"), A, Q, K, V, Z, scale, R, **self.consts)
@@ -238,17 +238,26 @@ def _sublayer_relprop(R_y, sl, core, params, cfg, rules):
     pre-norm y = x + f(LN(x)): residual rule, then f, then the LayerNorm rule; post-norm
     y = LN(x + f(x)): LayerNorm rule, residual rule, then f. Returns (R_x, extra, R_fx)."""
     x, fx = sl["x"], sl["fx"]
+    fx_in = _sublayer_input_part(sl)                         # (B, T, d) fx without its output bias
     if cfg.pre_norm:
-        R_x, R_fx = rules.res(x, fx, R_y)
+        R_x, R_fx = rules.res(x, fx, R_y, fx_in)
         R_h, extra = core(R_fx, fx)
         h = _ln_out(sl)                                      # (B, T, d) LN output = f's input
         return R_x + rules.ln(x, h, sl["ln"], R_h, params[sl["ln_name"] + ".b"]), extra, R_fx
     xc, xhat, rstd, g = sl["ln"]
     y = xhat * g + params[sl["ln_name"] + ".b"]              # (B, T, d) sublayer output
     R_r = rules.ln(x + fx, y, sl["ln"], R_y, params[sl["ln_name"] + ".b"])
-    R_x, R_fx = rules.res(x, fx, R_r)
+    R_x, R_fx = rules.res(x, fx, R_r, fx_in)
     R_h, extra = core(R_fx, fx)
     return R_x + R_h, extra, R_fx
+
+
+def _sublayer_input_part(sl):
+    """f(x) without the bias of f's last linear layer (W^O of attention, W2 of the FFN): a W, recomputed from the
+    cached input ``a`` of that layer so that it is exactly 0 where ``a`` is (not f - b, which would cancel)."""
+    cf = sl["f"]
+    a, W = cf["o"] if "o" in cf else cf["lin2"]             # (B, T, din), (din, d)
+    return (a.reshape(-1, a.shape[-1]) @ W).reshape(a.shape[:-1] + (W.shape[1],))  # (B, T, d)
 
 
 def _ln_out(sl):

@@ -7,7 +7,8 @@ Rule families (the ``linear`` option of :class:`minihead.lrp.Rules`):
 
     "z"         the paper's rule (Voita et al. 2019, appendix A, after Ding et al. 2017): for v = sum_u W_uv u, u
                 receives W_uv u / sum_u' W_u'v u' of v's relevance; the bias is not an input, so it takes no share
-                and relevance is conserved exactly; products split in proportion to the factors, non-linearities
+                (at a residual y = x + f, neither does the output bias of f: :func:`residual_z`) and relevance
+                is conserved exactly; products split in proportion to the factors, non-linearities
                 passed unchanged (ReLU, the head gate; the softmax weights are held constant).
     "official"  the-story-of-heads (lib/layers/lrp.py): alpha = beta = 0.5 on the impacts z_ij = J_ji x_i +
                 f(0)_j / n_in (the bias, or LayerNorm's beta, spread evenly over the inputs), eps = 1e-5 in the
@@ -259,10 +260,21 @@ def layernorm_z(x, y, rstd, g, R, b=None):
     return x * rstd * (s - s.mean(-1, keepdims=True))        # (*lead, ..., d)
 
 
-def residual_z(x, f, R):
-    """Residual y = x + f under the z-rule: R_x = x / y R_y, R_f = f / y R_y (no stabiliser; an element with
-    y = 0 exactly passes nothing on). Conserves: R_x + R_f = R_y."""
-    return residual_proportional(x, f, R, eps=0.0)
+def residual_z(x, f, R, f_in=None):
+    """Residual y = x + f under the z-rule, where f = f_in + b ends in a linear layer whose bias b is not an input.
+
+    The sublayer output and the skip path are one sum, y_j = x_j + sum_i a_i W_ij + b_j (a: the input of f's last
+    linear layer), and the rule for v = sum_u W_uv u (Voita et al. 2019, appendix A) gives each input its share of
+    the input terms, the bias none:
+
+        R_x = x / (x + f_in) R_y,   R_f = f_in / (x + f_in) R_y,   f_in = sum_i a_i W_ij = f - b.
+
+    Handed on to f's last linear layer, R_f_j / f_in_j = R_y_j / (x_j + f_in_j) stays bounded; splitting by f
+    itself instead (``f_in=None``: R_f = f / y R_y) lets the bias take a share that the linear rule cannot pass on.
+    That share is lost where f_in = 0 exactly (a token whose ReLUs are all off: its FFN emits only b2) and
+    magnified where f_in is small. No stabiliser; an element with x + f_in = 0 exactly passes nothing on.
+    Conserves: R_x + R_f = R_y. x, f, f_in (..., d), R (*lead, ..., d)."""
+    return residual_proportional(x, f if f_in is None else f_in, R, eps=0.0)
 
 
 def attention_values_z(A, Q, K, V, Z, scale, R):

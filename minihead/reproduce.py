@@ -68,7 +68,8 @@ def importance_stage(study, n_dev, n_ablation, cache_dir=None):
     from .cache import cached_json, key_hash
     from .prune import study_key
     key = {**study_key(study, n_dev), "what": "importance", "n_ablation": n_ablation,
-           "relevance": "per prediction; z signed and abs; official with full attention"}  # what the file holds
+           "relevance": "per prediction; z signed and abs; official with full attention",  # what the file holds
+           "z_residual": "output bias not an input"}          # since 2026-12-04 (before: split by f, bias included)
     folder = cache_dir or os.path.dirname(os.path.abspath(study.path))
     path = os.path.join(folder, f"importance-{key_hash(key)}.json")
 

@@ -186,6 +186,43 @@ def test_residual_matches_loops():
     assert np.allclose(Rx + Rf, R)
 
 
+def test_residual_z_output_bias_is_not_an_input():
+    """y = x + f with f = f_in + b (b: the bias of f's last linear layer). The z-rule splits by the input terms,
+    R_x = x / (x + f_in) R_y and R_f = f_in / (x + f_in) R_y, element by element against loops; conserving.
+    Where f_in = 0 exactly (a token whose FFN ReLUs are all off, f = b) the skip path takes all of R_y, while a
+    split by f itself hands the bias a share that the linear rule below (denominator f_in = 0) passes nowhere."""
+    g = np.random.default_rng(5)
+    x, f_in, b, R = g.normal(size=(3, 4)), g.normal(size=(3, 4)), g.normal(size=4), g.normal(size=(3, 4))
+    f_in[1] = 0.0                                            # token 1: f = b only
+    f = f_in + b
+    Rx, Rf = lrp.residual_z(x, f, R, f_in=f_in)
+    for n, i in itertools.product(range(3), range(4)):
+        y_in = x[n, i] + f_in[n, i]
+        assert abs(Rx[n, i] - x[n, i] / y_in * R[n, i]) < 1e-12 and abs(Rf[n, i] - f_in[n, i] / y_in * R[n, i]) < 1e-12
+    assert np.allclose(Rx + Rf, R, atol=1e-12) and np.all(Rf[1] == 0) and np.allclose(Rx[1], R[1], atol=1e-12)
+    a = g.normal(size=(3, 6))
+    a[1] = 0.0
+    W = g.normal(size=(6, 4))                                # f's last linear layer: f_in = a W
+    for split, conserved in ((f_in, True), (None, False)):
+        Rx, Rf = lrp.residual_z(x, a @ W + b, R, f_in=None if split is None else a @ W)
+        Ra = lrp.linear_z(a, W, b, None, Rf)                # what reaches f's input a
+        assert np.allclose(Rx.sum() + Ra.sum(), R.sum(), atol=1e-10) == conserved
+
+
+def test_z_rule_conserves_through_dead_ffn():
+    """A model whose encoder FFN has every ReLU off for every token (b1 very negative: the FFN emits b2 only)
+    still conserves relevance under the z-rule, stage by stage, to 1e-10 (float64): the residual gives the FFN
+    branch only its input part, which is 0 there (the no-dropout quick model has such tokens in its upper layers)."""
+    cfg, params = toy_model(True, True, biases=True)
+    params = dict(params)
+    params["enc0.ffn.b1"] = params["enc0.ffn.b1"] - 1e3
+    batch = toy_batch(np.random.default_rng(46), cfg.vocab_size)
+    n_real = batch.tgt_mask.sum(1).astype(float)
+    r = lrp.relevance(params, cfg, batch, linear="z")
+    for stage, tot in r.totals.items():
+        assert np.allclose(tot, n_real, atol=1e-10), (stage, tot, n_real)
+
+
 def test_layernorm_linear_matches_loops():
     """LN with the std held fixed is y_j = sum_i x_i M_ij + b_j, M_ij = rstd g_j (delta_ij - 1/d); the
     rule is R_i = sum_j x_i M_ij R_j / (y_j + eps sign y_j); conserves when b = 0."""
