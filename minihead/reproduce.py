@@ -31,7 +31,8 @@ from .errors import MiniheadError
 # optimiser (gates at the weights' rate) left every gate unsettled at 600 (issue 17's report).
 SCALES = {
     "quick": {"study": "quick", "n_dev": 300, "n_test": 200, "n_ablation": 150, "prune_steps": 600,
-              "enc_lambdas": (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.1), "all_lambdas": (0.03, 0.1),
+              # 0.2 and 0.3 since the quick model has 6 encoder heads (2026-12-04): 0.1 kept 3-4 of them
+              "enc_lambdas": (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.1, 0.2, 0.3), "all_lambdas": (0.03, 0.1),
               "n_scratch": 1, "scratch_steps": None,
               "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10},
               "prune_all": {"log_every": 5}},
