@@ -154,7 +154,7 @@ def test_overwrite_replaces_and_resume_may_raise_max_steps(ws, capsys):
 
 @pytest.mark.parametrize("extra, needles", [
     (["seed=2", "lr=0.001", "--resume"], ["cannot resume with settings that differ", "seed 1 (saved) vs 2 (now)",
-                                           "lr 0.005 (saved) vs 0.001 (now)"]),
+                                           "lr 0.01 (saved) vs 0.001 (now)"]),
     (["d_model=32", "--resume"], ["cannot resume", "d_model 16 (saved) vs 32 (now)"]),
     (["--resume", "--overwrite"], ["--resume and --overwrite exclude each other"]),
 ])

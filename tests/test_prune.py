@@ -33,7 +33,8 @@ def toy_pairs(n, seed):
 
 def tiny_cfg(corpus, **kw):
     kw = {"max_steps": 30, "eval_every": 30, "max_tokens": 600, "warmup": 10, "dev_bleu_sentences": 20,
-          "patience": 100, "n_enc_layers": 2, "n_dec_layers": 1, "d_model": 16, "d_ff": 32, **kw}
+          "patience": 100, "n_enc_layers": 2, "n_dec_layers": 1, "d_model": 16, "d_ff": 32,
+          "n_heads": 4, "dropout": 0.1, "lr": 5e-3, **kw}   # 4 heads a layer, as the masks below are written
     return preset("quick", len(corpus.vocab), **kw)
 
 

@@ -333,7 +333,7 @@ def test_resume_refuses_changed_settings_but_not_max_steps(tmp_path):
     cfg, tcfg = tiny(c, max_steps=8)
     train(c, cfg, tcfg, str(tmp_path), progress=False)
     before = {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)}
-    with pytest.raises(UsageError, match=r"last.npz: cannot resume .*: lr 0.005 \(saved\) vs 0.001 \(now\), "
+    with pytest.raises(UsageError, match=r"last.npz: cannot resume .*: lr 0.01 \(saved\) vs 0.001 \(now\), "
                                          r"seed 1 \(saved\) vs 2 \(now\)"):
         train(c, cfg, tiny(c, max_steps=8, lr=1e-3, seed=2)[1], str(tmp_path), resume=True, progress=False)
     with pytest.raises(UsageError, match=r"dropout 0.1 \(saved\) vs 0.2 \(now\)"):
