@@ -476,7 +476,7 @@ for a, b_, k in PAIRS:
 # all the same (section 2.4). The plot shows how much of the starting relevance is alive after each stage, averaged
 # over a few sentences. Conservation is a property of the rule, so it is checked in float64 (the trained weights cast
 # up); in float32, as the model runs, the z-rule also carries roundoff, magnified where a denominator $z_j$ is close
-# to zero (on the default model up to about $10^{-3}$ of the start), printed beside.
+# to zero (on the default model a few $10^{-3}$ of the start), printed beside.
 
 # %%
 v = study.vocab
