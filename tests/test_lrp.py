@@ -203,10 +203,10 @@ def test_residual_z_output_bias_is_not_an_input():
     a = g.normal(size=(3, 6))
     a[1] = 0.0
     W = g.normal(size=(6, 4))                                # f's last linear layer: f_in = a W
-    for split, conserved in ((f_in, True), (None, False)):
-        Rx, Rf = lrp.residual_z(x, a @ W + b, R, f_in=None if split is None else a @ W)
+    for by_input_part in (True, False):                      # split by f_in = a W (the rule) or by f = a W + b
+        Rx, Rf = lrp.residual_z(x, a @ W + b, R, f_in=a @ W if by_input_part else None)
         Ra = lrp.linear_z(a, W, b, None, Rf)                # what reaches f's input a
-        assert np.allclose(Rx.sum() + Ra.sum(), R.sum(), atol=1e-10) == conserved
+        assert np.allclose(Rx.sum() + Ra.sum(), R.sum(), atol=1e-10) == by_input_part
 
 
 def test_z_rule_conserves_through_dead_ffn():
