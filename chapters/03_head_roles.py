@@ -201,8 +201,9 @@ print("argmax of each word row:", word_map.argmax(-1).tolist())
 # %% [markdown]
 # Which model: in quick mode (the tests) the small `quick` preset (3 encoder and 2 decoder layers of 2 heads of 32
 # dimensions, 1,200 steps without dropout, about 2 minutes on one core), in which syntactic heads for three or four of
-# the relations form in every seed but the best +1 head stops at 0.68-0.87 of the argmaxes, short of a positional
-# head (the README's findings section has the numbers over seeds); in full
+# the relations form in every seed with one BLAS thread (two to four with two threads) but the best +1 head stops at
+# 0.68-0.87 of the argmaxes, short of a positional head (the README's findings section has the numbers over seeds);
+# in full
 # mode the `default` preset, the `emerge` recipe (6 encoder and 2 decoder layers, 2 heads of 64 dimensions per layer,
 # 2,400 steps on all 30k pairs, about 10 minutes on one core the first time), in which the translation's needs are met
 # by encoder heads (issue 18; the README's findings section has its study over seeds and the control language).
