@@ -3,9 +3,10 @@
 The machine it runs on is usually shared, so nothing is timed once: the contenders run INTERLEAVED, one
 pass over the same batches each per round (the order rotating from round to round), and every figure is
 the median over rounds of a ratio measured within a round, with its min-max spread. One run reports:
-- training-step throughput (target tokens a second) of the hand-written backward pass, beside the same
-  forward differentiated by autograd, and beside PyTorch CPU eager on the identical architecture (when
-  torch is installed; it is never a requirement);
+- training-step throughput (target tokens a second) of the hand-written backward pass, with each batch in
+  one piece and split into ``--shards`` row shards run in parallel threads (:mod:`minihead.shards`, the
+  training setting ``shards``), beside the same forward differentiated by autograd, and beside PyTorch CPU
+  eager on the identical architecture (when torch is installed; it is never a requirement);
 - the step's achieved GFLOP/s, its matrix products counted from the shapes (:func:`step_flops`), beside
   the machine's float32 GEMM rate measured at the model's own linear shapes (:func:`gemm_fn`);
 - the cost of the relevance (LRP) pass against a forward plus backward pass over the same batches;
@@ -25,11 +26,12 @@ import subprocess
 import sys
 import time
 
-from . import backend, model
+from . import backend, model, shards
 from .data.vocab import make_batch
 from .optim import Adam, clip_grad_norm
 
 OURS = "minihead"
+SHARDED = "minihead, shards"
 
 
 def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
@@ -44,13 +46,17 @@ def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
 
 
 # --------------------------------------------------------------------------- contenders
-def numpy_step_fn(cfg, params):
-    """One training step of the package: forward, hand-written backward, clipping, Adam."""
+def numpy_step_fn(cfg, params, n_shards=1):
+    """One training step of the package: forward, hand-written backward, clipping, Adam; with
+    ``n_shards`` > 1 the forward and backward run as that many row shards in parallel threads."""
     opt = Adam(params)
     gen = backend.rng(0)
 
     def step(b):
-        loss, grads, _ = model.loss_and_grads(params, cfg, b, rng=gen)
+        if n_shards > 1:
+            loss, grads, _ = shards.loss_and_grads(params, cfg, b, n_shards, rng=gen)
+        else:
+            loss, grads, _ = model.loss_and_grads(params, cfg, b, rng=gen)
         clip_grad_norm(grads, 1.0)
         opt.step(params, grads, 1e-4)
         return float(loss)                           # float() syncs a GPU
@@ -292,20 +298,20 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _steps_only(config, vocab_size, n_steps):
+def _steps_only(config, vocab_size, n_steps, n_shards=1):
     """The child process of :func:`peak_memory_mib`: build, run ``n_steps`` training steps, print the peak."""
     from .train import preset
     cfg, _ = preset(config, vocab_size)
     batches = synthetic_batches(vocab_size)
-    step = numpy_step_fn(cfg, model.init_params(cfg, 0))
+    step = numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards)
     for i in range(n_steps):
         step(batches[i % len(batches)])
     print(json.dumps({"peak_rss_mib": peak_rss_mib()}))
 
 
-def peak_memory_mib(config, vocab_size, n_steps=8):
+def peak_memory_mib(config, vocab_size, n_steps=8, n_shards=1):
     """Peak resident memory (MiB) of a fresh process that builds the model and runs ``n_steps`` steps."""
-    code = f"from minihead.bench import _steps_only; _steps_only({config!r}, {vocab_size}, {n_steps})"
+    code = f"from minihead.bench import _steps_only; _steps_only({config!r}, {vocab_size}, {n_steps}, {n_shards})"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")])))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["peak_rss_mib"]
@@ -325,8 +331,9 @@ def blas_threads():
 
 # --------------------------------------------------------------------------- the report
 def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autograd=True,
-        with_relevance=True, with_memory=True, log=print):
-    """Run the benchmark and return its numbers (a dict); ``log`` prints the report as it goes."""
+        with_relevance=True, with_memory=True, n_shards=2, log=print):
+    """Run the benchmark and return its numbers (a dict); ``log`` prints the report as it goes.
+    ``n_shards`` > 1 adds the sharded step (:mod:`minihead.shards`) as a contender of its own."""
     from .train import preset
     cfg, _ = preset(config, vocab_size)
     batches = synthetic_batches(vocab_size)
@@ -341,6 +348,10 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     def over_batches(step):
         return lambda: [step(b) for b in batches]
     contenders = {OURS: over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))}
+    ours = [OURS]
+    if n_shards > 1:
+        contenders[SHARDED] = over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards))
+        ours.append(SHARDED)
     if with_autograd and backend.name == "numpy":
         contenders["autograd"] = over_batches(autograd_step_fn(cfg, model.init_params(cfg, 0)))
     torch_threads = None
@@ -357,34 +368,41 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         fn()
     times = interleaved(contenders, rounds, log)
 
-    ours = times[OURS]
     result = {"config": config, "rounds": rounds, "target_tokens_per_pass": n_tok, "blas_threads": threads,
-              "throughput": {}, "ratio": {}, "gflops": {}}
-    label = {OURS: "minihead, hand-written backward", "autograd": "same forward, autograd backward",
+              "shards": n_shards if n_shards > 1 else None, "throughput": {}, "ratio": {}, "gflops": {}}
+    label = {OURS: "minihead, hand-written backward", SHARDED: f"minihead, {n_shards} shards in threads",
+             "autograd": "same forward, autograd backward",
              "PyTorch": f"PyTorch {_torch_version()} CPU eager ({torch_threads} threads)"}
-    log("\ntraining step throughput (target tokens / s; median over rounds, min-max in brackets):")
+    log("\ntraining step throughput (target tokens / s; median over rounds, min-max in brackets; "
+        "'x / this': x's speed over this contender's, a ratio taken within each round):")
     for name in [n for n in contenders if n != "GEMM"]:
         tps = [n_tok / t for t in times[name]]
         med, lo, hi = spread(tps)
         result["throughput"][name] = {"median": med, "min": lo, "max": hi}
         line = f"  {label[name]:<46s} {med:8.0f} [{lo:.0f}-{hi:.0f}]"
-        if name != OURS:
-            ratios = [t_other / t_ours for t_ours, t_other in zip(ours, times[name])]  # same round
+        for mine in ours:
+            if name in ours[:ours.index(mine) + 1]:
+                continue
+            ratios = [t_other / t_mine for t_mine, t_other in zip(times[mine], times[name])]  # same round
             med, lo, hi = spread(ratios)
-            result["ratio"][name] = {"median": med, "min": lo, "max": hi}
-            line += f"   minihead / this = {med:.2f}x [{lo:.2f}-{hi:.2f}]"
+            result["ratio"][name if mine == OURS else f"{name} [{SHARDED}]"] = {"median": med, "min": lo, "max": hi}
+            short = "minihead" if mine == OURS else f"{n_shards} shards"
+            line += f"   {short} / this = {med:.2f}x [{lo:.2f}-{hi:.2f}]"
         log(line)
-    achieved = [flops / t / 1e9 for t in ours]
     rate = [gemm_flops / t / 1e9 for t in times["GEMM"]]
-    share = [a / g for a, g in zip(achieved, rate)]
-    result["gflops"] = {"step_gflop": flops / len(batches) / 1e9, "achieved": spread(achieved),
-                        "gemm_rate": spread(rate), "share": spread(share),
+    result["gflops"] = {"step_gflop": flops / len(batches) / 1e9, "gemm_rate": spread(rate),
                         "linear_share_of_flops": gemm_flops / flops}
     log(f"\nmatrix products of a step: {flops / len(batches) / 1e9:.1f} GFLOP per batch "
         f"({100 * gemm_flops / flops:.1f}% in the linear layers)")
-    log(f"  achieved by the minihead step: {spread(achieved)[0]:6.1f} GFLOP/s [{min(achieved):.1f}-{max(achieved):.1f}]")
     log(f"  float32 GEMM at the model's linear shapes: {spread(rate)[0]:6.1f} GFLOP/s [{min(rate):.1f}-{max(rate):.1f}]")
-    log(f"  achieved / GEMM rate (same round): {100 * spread(share)[0]:.0f}% [{100 * min(share):.0f}-{100 * max(share):.0f}%]")
+    for mine in ours:
+        achieved = [flops / t / 1e9 for t in times[mine]]
+        share = [a / g for a, g in zip(achieved, rate)]
+        key = "" if mine == OURS else "sharded_"
+        result["gflops"][key + "achieved"], result["gflops"][key + "share"] = spread(achieved), spread(share)
+        log(f"  achieved by the {label[mine]} step: {spread(achieved)[0]:6.1f} GFLOP/s "
+            f"[{min(achieved):.1f}-{max(achieved):.1f}], {100 * spread(share)[0]:.0f}% of the GEMM rate (same round) "
+            f"[{100 * min(share):.0f}-{100 * max(share):.0f}%]")
     if with_relevance:
         ratio = bench_relevance(model.init_params(cfg, 0), cfg, batches, repeats=max(3, rounds // 2))
         result["relevance_ratio"] = ratio
@@ -392,6 +410,9 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     if with_memory:
         result["peak_rss_mib"] = peak_memory_mib(config, vocab_size)
         log(f"peak resident memory of a process running only the training steps: {result['peak_rss_mib']:.0f} MiB")
+        if n_shards > 1:
+            result["sharded_peak_rss_mib"] = peak_memory_mib(config, vocab_size, n_shards=n_shards)
+            log(f"  the same with {n_shards} shards: {result['sharded_peak_rss_mib']:.0f} MiB")
     return result
 
 
@@ -438,17 +459,21 @@ def main(argv=None):
     p.add_argument("--no-autograd", action="store_true")
     p.add_argument("--no-relevance", action="store_true")
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--shards", type=int, default=2,
+                   help="also time the step split into this many row shards in threads (1: not at all)")
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--profile", action="store_true", help="profile the training step instead (cProfile)")
     p.add_argument("--cpu-time", action="store_true", help="with --profile: time by the process CPU clock")
     a = p.parse_args(argv)
     if a.rounds < 1:
         p.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.shards < 1:
+        p.error(f"--shards must be at least 1, got {a.shards}")
     if a.profile:
         profile(a.config, a.vocab, cpu_time=a.cpu_time)
         return
     result = run(a.config, a.vocab, a.rounds, not a.no_torch, not a.no_autograd, not a.no_relevance,
-                 not a.no_memory)
+                 not a.no_memory, a.shards)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -235,10 +235,12 @@ def log_softmax(s):
     return z - xp.log(xp.exp(z).sum(-1, keepdims=True))      # (..., V)
 
 
-def xent_forward(logits, targets, mask, smoothing=0.0, inplace=False):
+def xent_forward(logits, targets, mask, smoothing=0.0, inplace=False, n_norm=None):
     """Label-smoothed cross-entropy averaged over real (unmasked) tokens (Szegedy et al. 2016).
 
     q = (1 - eps) onehot(y) + eps / V;  loss = sum_n m_n (-sum_v q_nv log p_nv) / sum_n m_n.
+    ``n_norm`` replaces the denominator sum_n m_n (a shard of a batch is averaged over the whole batch's
+    real tokens, so the shards' losses and gradients sum to the batch's: :mod:`minihead.shards`).
     logits (N, V), targets (N,) int, mask (N,) bool. Returns (loss, nll_sum, cache); ``nll_sum`` is the
     unsmoothed negative log-likelihood summed over real tokens (for perplexity and reporting).
     With z = logits - max and lse = log sum_v exp z_v: -log p_ny = lse_n - z_ny and
@@ -257,7 +259,7 @@ def xent_forward(logits, targets, mask, smoothing=0.0, inplace=False):
     se = _row_sum(e)[:, 0]                                   # (N,)
     lse = xp.log(se)                                         # (N,)
     w = mask.astype(logits.dtype)                            # (N,)
-    n_real = xp.maximum(w.sum(), 1.0)
+    n_real = xp.maximum(w.sum(), 1.0) if n_norm is None else n_norm
     nll = lse + nll_minus_lse                                # (N,) -log p_ny
     smooth = lse - z_mean                                    # (N,) = -sum_v (1/V) log p_v
     per_tok = (1.0 - smoothing) * nll + smoothing * smooth   # (N,)

@@ -329,20 +329,23 @@ def backward(dlogits, cache):
     return grads, dgates
 
 
-def loss_forward(params, cfg, batch, gates=None, rng=None):
-    """Label-smoothed cross-entropy of a batch under teacher forcing: (loss, nll_sum, cache)."""
+def loss_forward(params, cfg, batch, gates=None, rng=None, n_norm=None):
+    """Label-smoothed cross-entropy of a batch under teacher forcing: (loss, nll_sum, cache); averaged over
+    the batch's real target tokens, or over ``n_norm`` tokens when given (a shard of a larger batch)."""
     logits, cache = forward(params, cfg, batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, gates, rng)
     B, T, V = logits.shape
     loss, nll_sum, c_x = xent_forward(logits.reshape(B * T, V), batch.tgt_out.reshape(-1),  # logits are ours
-                                      batch.tgt_mask.reshape(-1), cfg.label_smoothing, inplace=True)
+                                      batch.tgt_mask.reshape(-1), cfg.label_smoothing, inplace=True,
+                                      n_norm=n_norm)
     cache["xent"] = c_x
     return loss, nll_sum, cache
 
 
-def loss_and_grads(params, cfg, batch, gates=None, rng=None):
+def loss_and_grads(params, cfg, batch, gates=None, rng=None, n_norm=None):
     """One training step's numbers: loss, gradients of every parameter, and info (nll, dgates, and the
-    forward cache, whose ``xent`` entry the backward pass has spent: its exp z array became dlogits)."""
-    loss, nll_sum, cache = loss_forward(params, cfg, batch, gates, rng)
+    forward cache, whose ``xent`` entry the backward pass has spent: its exp z array became dlogits).
+    ``n_norm``: see :func:`loss_forward`."""
+    loss, nll_sum, cache = loss_forward(params, cfg, batch, gates, rng, n_norm)
     B, T = batch.tgt_in.shape
     dlogits = xent_backward(cache["xent"], inplace=True).reshape(B, T, -1)  # (B, T, V), spends cache["xent"]
     grads, dgates = backward(dlogits, cache)

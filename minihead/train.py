@@ -3,6 +3,9 @@
 Determinism: the batch list is cut once (sorted by length), its order is shuffled per epoch with a
 generator seeded by (seed, epoch), and dropout draws from one generator whose state is checkpointed;
 so the same seed gives the same loss curve, and resuming from ``last.npz`` continues bit for bit.
+The setting ``shards`` > 1 computes each step's batch as that many row shards in parallel threads
+(:mod:`minihead.shards`): the same loss and gradients with the float32 sums in another order, so another
+model than ``shards=1``, faster where there are cores to spare.
 """
 import math
 import os
@@ -10,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
-from . import backend, checkpoint
+from . import backend, checkpoint, shards
 from .data.vocab import SPECIALS, Vocab, batches, frequencies
 from .errors import TrainingError, UsageError
 from .evaluate import bleu
@@ -30,6 +33,7 @@ class TrainConfig:
     seed: int = 1
     dev_bleu_sentences: int = 300  # dev BLEU on the first N dev sentences (greedy), for speed
     n_train: Optional[int] = None  # use only the first N training pairs (quick runs)
+    shards: int = 1               # each batch's rows split over this many threads (minihead.shards); 1: no split
 
     def to_dict(self):
         return asdict(self)
@@ -118,6 +122,7 @@ _RULES = {
     "seed": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "dev_bleu_sentences": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "n_train": (lambda v: v is None or (_is_int(v) and v >= 1), "an integer >= 1 (or none: all pairs)"),
+    "shards": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "vocab_size": (lambda v: _is_int(v) and v > len(SPECIALS), f"an integer > {len(SPECIALS)}"),
     "n_enc_layers": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "n_dec_layers": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
@@ -256,7 +261,10 @@ def _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates,
             order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
         b = all_batches[int(order[pos])]
         pos += 1
-        loss, grads, _ = loss_and_grads(params, cfg, b, gates=gates, rng=gen)
+        if tcfg.shards > 1:
+            loss, grads, _ = shards.loss_and_grads(params, cfg, b, tcfg.shards, gates=gates, rng=gen)
+        else:
+            loss, grads, _ = loss_and_grads(params, cfg, b, gates=gates, rng=gen)
         norm = clip_grad_norm(grads, tcfg.clip)
         if not (math.isfinite(float(loss)) and math.isfinite(norm)):
             bar.close()

@@ -43,14 +43,16 @@ def test_bench_relevance_ratio():
 
 
 def test_one_round_run_and_profile():
-    """run() measures the hand-written step against the GEMM rate and reports achieved GFLOP/s; --profile
-    names the layer functions."""
+    """run() measures the hand-written step, whole and in two shards, against the GEMM rate and reports the
+    achieved GFLOP/s of both and the ratio of their speeds; --profile names the layer functions."""
     lines = []
     r = bench.run("quick", vocab_size=60, rounds=1, with_torch=False, with_autograd=False,
-                  with_relevance=False, with_memory=False, log=lines.append)
-    assert r["throughput"]["minihead"]["median"] > 0
-    med, lo, hi = r["gflops"]["share"]
-    assert 0 < lo <= med <= hi
+                  with_relevance=False, with_memory=False, n_shards=2, log=lines.append)
+    assert r["throughput"]["minihead"]["median"] > 0 and r["throughput"][bench.SHARDED]["median"] > 0
+    for key in ("share", "sharded_share"):
+        med, lo, hi = r["gflops"][key]
+        assert 0 < lo <= med <= hi
+    assert r["ratio"][bench.SHARDED]["median"] > 0 and r["shards"] == 2
     assert any("GEMM at the model's linear shapes" in line for line in lines)
     out = []
     bench.profile("quick", vocab_size=60, steps=1, log=out.append)

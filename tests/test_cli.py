@@ -258,6 +258,7 @@ def test_a_nan_checkpoint_is_refused(ws, capsys):
     ("dev_bleu_sentences=0", "setting dev_bleu_sentences=0: must be an integer >= 1"),
     ("n_train=-5", "setting n_train=-5: must be an integer >= 1"),
     ("n_heads=0", "setting n_heads=0: must be an integer >= 1"),
+    ("shards=0", "setting shards=0: must be an integer >= 1"),
     ("d_model=31", "setting d_model=31: must be divisible by n_heads=2"),
     ("dropout=1.5", "setting dropout=1.5: must be a number in [0, 1)"),
     ("seed=-1", "setting seed=-1: must be an integer >= 0"),

@@ -30,24 +30,28 @@ def tiny(corpus, **kw):
     return preset("quick", len(corpus.vocab), **kw)   # dropout on (the quick preset has none): resume must restore its generator
 
 
-def test_same_seed_same_numbers(tmp_path):
-    """Two runs with one seed agree bit for bit: loss curve, dev BLEU and every weight."""
+@pytest.mark.parametrize("shards", [1, 2])
+def test_same_seed_same_numbers(tmp_path, shards):
+    """Two runs with one seed agree bit for bit: loss curve, dev BLEU and every weight (with each batch in one
+    piece and split over two threads)."""
     c = toy_corpus()
-    cfg, tcfg = tiny(c)
+    cfg, tcfg = tiny(c, shards=shards)
     r1 = train(c, cfg, tcfg, str(tmp_path / "a"), progress=False)
     r2 = train(c, cfg, tcfg, str(tmp_path / "b"), progress=False)
     assert r1.history == r2.history and r1.curve == r2.curve and len(r1.curve) == 1
     assert all(np.array_equal(r1.params[k], r2.params[k]) for k in r1.params)
-    r3 = train(c, cfg, tiny(c, seed=2)[1], str(tmp_path / "c"), progress=False)
+    r3 = train(c, cfg, tiny(c, seed=2, shards=shards)[1], str(tmp_path / "c"), progress=False)
     assert r3.history != r1.history, "a different seed gives different numbers"
 
 
-def test_resume_is_exact(tmp_path):
+@pytest.mark.parametrize("shards", [1, 2])
+def test_resume_is_exact(tmp_path, shards):
     """Stopping after 13 steps (mid-epoch, between evaluations) and resuming from last.npz gives the
     same history and weights as an uninterrupted run: weights, Adam moments, step, batch position and
-    the dropout generator's state are all checkpointed."""
+    the dropout generator's state are all checkpointed (with two shards, the shards' dropout seeds are
+    drawn from that generator)."""
     c = toy_corpus()
-    cfg, tcfg = tiny(c)
+    cfg, tcfg = tiny(c, shards=shards)
     full = train(c, cfg, tcfg, str(tmp_path / "full"), progress=False)
     part = str(tmp_path / "part")
     train(c, cfg, tcfg, part, progress=False, stop_after=13)
