@@ -4,7 +4,7 @@ The machine it runs on is usually shared, so nothing is timed once: the contende
 pass over the same batches each per round (the order rotating from round to round), and every figure is
 the median over rounds of a ratio measured within a round, with its min-max spread. One run reports:
 - training-step throughput (target tokens a second) of the hand-written backward pass, with each batch in
-  one piece and split into ``--shards`` row shards run in parallel threads (:mod:`minihead.shards`, the
+  one piece and split into ``--shards`` row shards run in parallel processes (:mod:`minihead.shards`, the
   training setting ``shards``), beside the same forward differentiated by autograd, and beside PyTorch CPU
   eager on the identical architecture (when torch is installed; it is never a requirement);
 - the step's achieved GFLOP/s, its matrix products counted from the shapes (:func:`step_flops`), beside
@@ -48,18 +48,21 @@ def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
 # --------------------------------------------------------------------------- contenders
 def numpy_step_fn(cfg, params, n_shards=1):
     """One training step of the package: forward, hand-written backward, clipping, Adam; with
-    ``n_shards`` > 1 the forward and backward run as that many row shards in parallel threads."""
+    ``n_shards`` > 1 the forward and backward run as that many row shards in parallel processes (the
+    workers stop when the step function is garbage-collected, or at ``step.workers.close()``)."""
     opt = Adam(params)
     gen = backend.rng(0)
+    workers = shards.Workers(params, cfg, n_shards) if n_shards > 1 and backend.name == "numpy" else None
 
     def step(b):
         if n_shards > 1:
-            loss, grads, _ = shards.loss_and_grads(params, cfg, b, n_shards, rng=gen)
+            loss, grads, _ = shards.loss_and_grads(params, cfg, b, n_shards, rng=gen, workers=workers)
         else:
             loss, grads, _ = model.loss_and_grads(params, cfg, b, rng=gen)
         clip_grad_norm(grads, 1.0)
         opt.step(params, grads, 1e-4)
         return float(loss)                           # float() syncs a GPU
+    step.workers = workers
     return step
 
 
@@ -285,11 +288,12 @@ def spread(values):
     return statistics.median(values), min(values), max(values)
 
 
-def peak_rss_mib():
-    """Peak resident memory of this process in MiB: VmHWM of /proc/self/status where there is one (it
-    starts afresh at exec, while ru_maxrss keeps the high-water mark of the process that spawned us)."""
+def peak_rss_mib(pid="self"):
+    """Peak resident memory of this process (or of process ``pid``) in MiB: VmHWM of /proc/<pid>/status where
+    there is one (it starts afresh at exec, while ru_maxrss keeps the high-water mark of the process that
+    spawned us)."""
     try:
-        with open("/proc/self/status") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024.0
@@ -306,11 +310,13 @@ def _steps_only(config, vocab_size, n_steps, n_shards=1):
     step = numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards)
     for i in range(n_steps):
         step(batches[i % len(batches)])
-    print(json.dumps({"peak_rss_mib": peak_rss_mib()}))
+    workers = step.workers.procs if step.workers is not None else []
+    print(json.dumps({"peak_rss_mib": peak_rss_mib() + sum(peak_rss_mib(p.pid) for p in workers)}))
 
 
 def peak_memory_mib(config, vocab_size, n_steps=8, n_shards=1):
-    """Peak resident memory (MiB) of a fresh process that builds the model and runs ``n_steps`` steps."""
+    """Peak resident memory (MiB) of a fresh process that builds the model and runs ``n_steps`` steps (with
+    ``n_shards`` > 1, plus the peaks of its worker processes)."""
     code = f"from minihead.bench import _steps_only; _steps_only({config!r}, {vocab_size}, {n_steps}, {n_shards})"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")])))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
@@ -349,8 +355,10 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         return lambda: [step(b) for b in batches]
     contenders = {OURS: over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))}
     ours = [OURS]
+    sharded = None
     if n_shards > 1:
-        contenders[SHARDED] = over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards))
+        sharded = numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards)
+        contenders[SHARDED] = over_batches(sharded)
         ours.append(SHARDED)
     if with_autograd and backend.name == "numpy":
         contenders["autograd"] = over_batches(autograd_step_fn(cfg, model.init_params(cfg, 0)))
@@ -367,10 +375,12 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     for fn in contenders.values():                   # warm-up: allocator, BLAS and torch threads
         fn()
     times = interleaved(contenders, rounds, log)
+    if sharded is not None and sharded.workers is not None:
+        sharded.workers.close()
 
     result = {"config": config, "rounds": rounds, "target_tokens_per_pass": n_tok, "blas_threads": threads,
               "shards": n_shards if n_shards > 1 else None, "throughput": {}, "ratio": {}, "gflops": {}}
-    label = {OURS: "minihead, hand-written backward", SHARDED: f"minihead, {n_shards} shards in threads",
+    label = {OURS: "minihead, hand-written backward", SHARDED: f"minihead, {n_shards} shards in processes",
              "autograd": "same forward, autograd backward",
              "PyTorch": f"PyTorch {_torch_version()} CPU eager ({torch_threads} threads)"}
     log("\ntraining step throughput (target tokens / s; median over rounds, min-max in brackets; "
@@ -412,7 +422,8 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         log(f"peak resident memory of a process running only the training steps: {result['peak_rss_mib']:.0f} MiB")
         if n_shards > 1:
             result["sharded_peak_rss_mib"] = peak_memory_mib(config, vocab_size, n_shards=n_shards)
-            log(f"  the same with {n_shards} shards: {result['sharded_peak_rss_mib']:.0f} MiB")
+            log(f"  the same with {n_shards} shards, its worker processes included: "
+                f"{result['sharded_peak_rss_mib']:.0f} MiB")
     return result
 
 
@@ -460,7 +471,7 @@ def main(argv=None):
     p.add_argument("--no-relevance", action="store_true")
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--shards", type=int, default=2,
-                   help="also time the step split into this many row shards in threads (1: not at all)")
+                   help="also time the step split into this many row shards in processes (1: not at all)")
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--profile", action="store_true", help="profile the training step instead (cProfile)")
     p.add_argument("--cpu-time", action="store_true", help="with --profile: time by the process CPU clock")

@@ -3,10 +3,11 @@
 Determinism: the batch list is cut once (sorted by length), its order is shuffled per epoch with a
 generator seeded by (seed, epoch), and dropout draws from one generator whose state is checkpointed;
 so the same seed gives the same loss curve, and resuming from ``last.npz`` continues bit for bit.
-The setting ``shards`` > 1 computes each step's batch as that many row shards in parallel threads
+The setting ``shards`` > 1 computes each step's batch as that many row shards in parallel processes
 (:mod:`minihead.shards`): the same loss and gradients with the float32 sums in another order, so another
 model than ``shards=1``, faster where there are cores to spare.
 """
+import contextlib
 import math
 import os
 import time
@@ -213,6 +214,15 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         return _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every)
 
 
+def _step_fn(params, cfg, tcfg, gates, stack):
+    """The loss-and-gradients function of a training step: the model's, or with ``shards`` > 1 the sharded
+    step with its worker processes (stopped when ``stack``, an ExitStack, closes)."""
+    if tcfg.shards <= 1:
+        return lambda b, gen: loss_and_grads(params, cfg, b, gates=gates, rng=gen)
+    workers = stack.enter_context(shards.Workers(params, cfg, tcfg.shards)) if backend.name == "numpy" else None
+    return lambda b, gen: shards.loss_and_grads(params, cfg, b, tcfg.shards, gates=gates, rng=gen, workers=workers)
+
+
 RESUMABLE_CHANGES = ("max_steps",)   # the one setting a resume may change: train on for longer (or stop sooner)
 
 
@@ -228,6 +238,11 @@ def check_resume(ck, cfg, tcfg):
 
 
 def _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every):
+    with contextlib.ExitStack() as stack:
+        return _train_loop(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every, stack)
+
+
+def _train_loop(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every, stack):
     from tqdm.auto import tqdm
     last_path, best_path = os.path.join(out_dir, "last.npz"), os.path.join(out_dir, "best.npz")
     vocab = corpus.vocab
@@ -250,6 +265,7 @@ def _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates,
         opt = Adam(params)
         step, epoch, pos, history, best, bad = 0, 0, 0, [], -1.0, 0
         loss_acc, n_acc, curve = 0.0, 0, []
+    step_fn = _step_fn(params, cfg, tcfg, gates, stack)
     order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
     lr_factor = tcfg.lr * math.sqrt(cfg.d_model * tcfg.warmup)   # noam factor whose peak is tcfg.lr
     bar = tqdm(total=tcfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
@@ -261,10 +277,7 @@ def _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates,
             order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
         b = all_batches[int(order[pos])]
         pos += 1
-        if tcfg.shards > 1:
-            loss, grads, _ = shards.loss_and_grads(params, cfg, b, tcfg.shards, gates=gates, rng=gen)
-        else:
-            loss, grads, _ = loss_and_grads(params, cfg, b, gates=gates, rng=gen)
+        loss, grads, _ = step_fn(b, gen)
         norm = clip_grad_norm(grads, tcfg.clip)
         if not (math.isfinite(float(loss)) and math.isfinite(norm)):
             bar.close()
