@@ -27,6 +27,7 @@ with or without the worker processes.
 
 On CuPy the shards run one after the other in the calling process: the GPU is parallel already.
 """
+import math
 import mmap
 import os
 import signal
@@ -83,15 +84,8 @@ def _open_shared(path, size):
 
 def _views(buf, layout):
     """The arrays of ``layout`` as views into the mmap ``buf``."""
-    return {k: xp.frombuffer(buf, dtype=dt, count=_count(shape), offset=off).reshape(shape)
+    return {k: xp.frombuffer(buf, dtype=dt, count=math.prod(shape), offset=off).reshape(shape)
             for k, (off, shape, dt) in layout.items()}
-
-
-def _count(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -129,7 +123,7 @@ class Workers:
 
     def __init__(self, params, cfg, n_shards):
         import multiprocessing as mp
-        self.params, self.layout = params, None
+        self.params = params
         self.layout, size = _layout(params)
         path, buf = _shared_file(size)
         views = _views(buf, self.layout)
@@ -150,9 +144,13 @@ class Workers:
                 p.start()
                 self.procs.append(p)
                 self.conns.append(here)
-            for conn in self.conns:
-                if conn.recv() != "ready":
-                    raise TrainingError("a shard worker did not start")
+            for conn, p in zip(self.conns, self.procs):
+                if _receive(conn, p) != "ready":
+                    raise TrainingError(f"shard worker process {p.pid} did not start")
+        except BaseException:
+            _stop(self.procs, self.conns)
+            self.close_views()
+            raise
         finally:
             for p in paths:                                  # the mappings stay; nothing is left on disk
                 os.unlink(p)
@@ -167,6 +165,9 @@ class Workers:
     def close(self):
         """Stop the workers and give ``params`` ordinary (unshared) arrays again."""
         self._finalizer()
+        self.close_views()
+
+    def close_views(self):
         for k, v in self.views.items():
             if self.params.get(k) is v:
                 self.params[k] = v.copy()
@@ -176,6 +177,15 @@ class Workers:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _receive(conn, proc):
+    """The next message from a worker; a TrainingError if the worker process has died instead."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        proc.join(timeout=1)
+        raise TrainingError(f"shard worker process {proc.pid} exited (exit code {proc.exitcode})") from None
 
 
 def _stop(procs, conns):
@@ -220,16 +230,19 @@ def loss_and_grads(params, cfg, batch, n_shards, gates=None, rng=None, workers=N
     sent = []
     if remote:
         workers.check(params)
-        for conn, shard, seed in zip(workers.conns, shards[1:], seeds[1:]):
-            conn.send((shard, gates, seed, n_norm))
-            sent.append(conn)
+        for conn, proc, shard, seed in zip(workers.conns, workers.procs, shards[1:], seeds[1:]):
+            try:
+                conn.send((shard, gates, seed, n_norm))
+            except OSError:                                  # a broken pipe: the worker has died
+                _receive(conn, proc)
+            sent.append((conn, proc))
     try:
         with _one_blas_thread():
             results = [model.loss_and_grads(params, cfg, shard, gates, None if seed is None else backend.rng(seed),
                                             n_norm=n_norm)
                        for shard, seed in zip(shards[:1] if remote else shards, seeds)]
     finally:
-        replies = [conn.recv() for conn in sent]           # always taken, so none is read by the next step
+        replies = [_receive(conn, proc) for conn, proc in sent]  # always taken: none is left for the next step
     for i, reply in enumerate(replies):
         if reply[0] != "ok":
             raise TrainingError(f"shard {i + 2} of {len(shards)} failed in its worker process:\n{reply[1]}")

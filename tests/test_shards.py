@@ -126,3 +126,16 @@ def test_workers_share_in_place_updates_refuse_replaced_arrays_and_clean_up():
     assert all(type(v) is np.ndarray and v.base is None for v in params.values())
     assert np.array_equal(params["enc1.ffn.W1"], before["enc1.ffn.W1"])
     assert np.array_equal(params["enc0.ffn.W1"], before["enc0.ffn.W1"] * 1.5)
+
+
+def test_a_dead_worker_is_a_clear_error():
+    """A worker process that dies (killed here) makes the next sharded step raise a TrainingError that names
+    it as exited, instead of hanging on its pipe; closing the workers afterwards still gives params back."""
+    cfg = _cfg("float64")
+    params = model.init_params(cfg, seed=2)
+    with shards.Workers(params, cfg, 2) as workers:
+        workers.procs[0].kill()
+        workers.procs[0].join()
+        with pytest.raises(TrainingError, match=r"shard worker process \d+ exited"):
+            shards.loss_and_grads(params, cfg, _batch(6), 2, workers=workers)
+    assert all(type(v) is np.ndarray and v.base is None for v in params.values())
