@@ -34,10 +34,15 @@ class TrainConfig:
     seed: int = 1
     dev_bleu_sentences: int = 300  # dev BLEU on the first N dev sentences (greedy), for speed
     n_train: Optional[int] = None  # use only the first N training pairs (quick runs)
-    shards: int = 1               # each batch's rows split over this many threads (minihead.shards); 1: no split
+    shards: int = 1               # each batch's rows split over this many processes (minihead.shards); 1: no split
 
     def to_dict(self):
-        return asdict(self)
+        """The settings as a dict; a setting added later (``shards``) is left out at its default, so the records
+        and cache keys written before it existed (checkpoint metadata, from-scratch keys) stay valid."""
+        return {k: v for k, v in asdict(self).items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
+
+
+LATER_SETTINGS = {"shards": 1}   # settings added after models were saved, with the value those models had
 
 
 CURVE_EVERY = 20   # steps between points of the training curve (running mean since the last evaluation)
@@ -143,7 +148,7 @@ _RULES = {
 def check_settings(cfg, tcfg):
     """Raise UsageError naming the first setting of ``cfg`` / ``tcfg`` of the wrong type or out of range
     (``setting lr=nan: must be a finite number > 0``), or a d_model the heads do not divide."""
-    for k, v in {**cfg.to_dict(), **tcfg.to_dict()}.items():
+    for k, v in {**cfg.to_dict(), **asdict(tcfg)}.items():
         test, what = _RULES[k]
         if not test(v):
             raise UsageError(f"setting {k}={v!r}: must be {what}")
@@ -229,8 +234,8 @@ RESUMABLE_CHANGES = ("max_steps",)   # the one setting a resume may change: trai
 def check_resume(ck, cfg, tcfg):
     """Raise UsageError naming every model or training setting of ``cfg`` / ``tcfg`` that differs from the
     run saved in checkpoint ``ck`` (only ``max_steps`` may change)."""
-    saved = {**ck.cfg.to_dict(), **(ck.meta.get("train") or {})}
-    diff = [f"{k} {saved[k]!r} (saved) vs {v!r} (now)" for k, v in {**cfg.to_dict(), **tcfg.to_dict()}.items()
+    saved = {**ck.cfg.to_dict(), **LATER_SETTINGS, **(ck.meta.get("train") or {})}
+    diff = [f"{k} {saved[k]!r} (saved) vs {v!r} (now)" for k, v in {**cfg.to_dict(), **asdict(tcfg)}.items()
             if k not in RESUMABLE_CHANGES and k in saved and saved[k] != v]
     if diff:
         raise UsageError(f"{ck.path}: cannot resume with settings that differ from the saved run's: "

@@ -331,7 +331,8 @@ def test_save_removes_a_killed_writers_temporary(tmp_path):
 
 def test_resume_refuses_changed_settings_but_not_max_steps(tmp_path):
     """A resume whose training or model settings differ from the saved run's is refused naming each field
-    (nothing is written); only max_steps may change."""
+    (nothing is written), the shard count too, which the metadata leaves out at its default of 1; only
+    max_steps may change."""
     from minihead.errors import UsageError
     c = toy_corpus()
     cfg, tcfg = tiny(c, max_steps=8)
@@ -342,6 +343,8 @@ def test_resume_refuses_changed_settings_but_not_max_steps(tmp_path):
         train(c, cfg, tiny(c, max_steps=8, lr=1e-3, seed=2)[1], str(tmp_path), resume=True, progress=False)
     with pytest.raises(UsageError, match=r"dropout 0.1 \(saved\) vs 0.2 \(now\)"):
         train(c, *tiny(c, max_steps=8, dropout=0.2), str(tmp_path), resume=True, progress=False)
+    with pytest.raises(UsageError, match=r"shards 1 \(saved\) vs 2 \(now\)"):   # shards=1 is not written, yet held
+        train(c, cfg, tiny(c, max_steps=8, shards=2)[1], str(tmp_path), resume=True, progress=False)
     assert {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)} == before
     res = train(c, cfg, tiny(c, max_steps=16)[1], str(tmp_path), resume=True, progress=False)
     assert [h["step"] for h in res.history] == [8, 16]
@@ -414,3 +417,12 @@ def test_preset_settings_apply_overrides_where_preset_does():
     assert "attn_dropout" not in s["train"] and "max_steps" not in s["model"]
     with pytest.raises(ValueError, match="unknown setting 'nope'"):
         preset_settings("quick", nope=1)
+
+
+def test_a_setting_added_later_keeps_old_records_valid():
+    """TrainConfig.to_dict leaves ``shards`` out at its default (1), so checkpoint metadata and cache keys written
+    before the setting existed stay equal to today's; any other value is written."""
+    from minihead.train import TrainConfig
+    assert "shards" not in TrainConfig().to_dict()
+    assert TrainConfig(shards=2).to_dict()["shards"] == 2
+    assert TrainConfig(**TrainConfig(shards=3).to_dict()) == TrainConfig(shards=3)
