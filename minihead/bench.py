@@ -52,7 +52,7 @@ def numpy_step_fn(cfg, params, n_shards=1):
     workers stop when the step function is garbage-collected, or at ``step.workers.close()``)."""
     opt = Adam(params)
     gen = backend.rng(0)
-    workers = shards.Workers(params, cfg, n_shards) if n_shards > 1 and backend.name == "numpy" else None
+    workers = shards.workers_for(params, cfg, n_shards)
 
     def step(b):
         if n_shards > 1:
@@ -390,9 +390,7 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         med, lo, hi = spread(tps)
         result["throughput"][name] = {"median": med, "min": lo, "max": hi}
         line = f"  {label[name]:<46s} {med:8.0f} [{lo:.0f}-{hi:.0f}]"
-        for mine in ours:
-            if name in ours[:ours.index(mine) + 1]:
-                continue
+        for mine in (ours[:ours.index(name)] if name in ours else ours):    # each variant before this one
             ratios = [t_other / t_mine for t_mine, t_other in zip(times[mine], times[name])]  # same round
             med, lo, hi = spread(ratios)
             result["ratio"][name if mine == OURS else f"{name} [{SHARDED}]"] = {"median": med, "min": lo, "max": hi}

@@ -179,6 +179,12 @@ class Workers:
         self.close()
 
 
+def workers_for(params, cfg, n_shards):
+    """The worker processes of a sharded step on the active backend: :class:`Workers` for ``n_shards`` > 1 on
+    NumPy; None for one shard, and on CuPy, where the shards run one after another in this process."""
+    return Workers(params, cfg, n_shards) if n_shards > 1 and backend.name == "numpy" else None
+
+
 def _receive(conn, proc):
     """The next message from a worker; a TrainingError if the worker process has died instead."""
     try:
@@ -222,11 +228,11 @@ def loss_and_grads(params, cfg, batch, n_shards, gates=None, rng=None, workers=N
     run there while this process runs the first; without it they run here one after the other (the same
     numbers, slower). ``rng``: the step's dropout generator; it gives one seed to each shard."""
     shards = split(batch, n_shards)
-    n_norm = float(max(int(batch.tgt_mask.sum()), 1))                     # the whole batch's real tokens
+    n_norm = float(max(batch.n_tokens, 1))                                 # the whole batch's real tokens
     seeds = [None] * len(shards)
     if rng is not None:
         seeds = [int(s) for s in rng.integers(0, 2 ** 63 - 1, size=len(shards))]
-    remote = workers is not None and backend.name == "numpy" and len(shards) > 1
+    remote = workers is not None and len(shards) > 1
     sent = []
     if remote:
         workers.check(params)

@@ -224,7 +224,9 @@ def _step_fn(params, cfg, tcfg, gates, stack):
     step with its worker processes (stopped when ``stack``, an ExitStack, closes)."""
     if tcfg.shards <= 1:
         return lambda b, gen: loss_and_grads(params, cfg, b, gates=gates, rng=gen)
-    workers = stack.enter_context(shards.Workers(params, cfg, tcfg.shards)) if backend.name == "numpy" else None
+    workers = shards.workers_for(params, cfg, tcfg.shards)
+    if workers is not None:
+        stack.enter_context(workers)
     return lambda b, gen: shards.loss_and_grads(params, cfg, b, tcfg.shards, gates=gates, rng=gen, workers=workers)
 
 

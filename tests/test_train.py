@@ -33,7 +33,7 @@ def tiny(corpus, **kw):
 @pytest.mark.parametrize("shards", [1, 2])
 def test_same_seed_same_numbers(tmp_path, shards):
     """Two runs with one seed agree bit for bit: loss curve, dev BLEU and every weight (with each batch in one
-    piece and split over two threads)."""
+    piece and split in two shards, one of them in a worker process)."""
     c = toy_corpus()
     cfg, tcfg = tiny(c, shards=shards)
     r1 = train(c, cfg, tcfg, str(tmp_path / "a"), progress=False)
