@@ -391,6 +391,15 @@ def validate_emergence(a):
         check_output_file(a.json, "--json")
     if a.study:
         check_output_file(a.study, "--study")
+    if a.trace is not None:
+        if a.trace < 1:
+            raise UsageError(f"--trace {a.trace}: give the number of steps between measurements, at least 1")
+        if a.prune or a.study:
+            raise UsageError("--trace measures along training; run --prune and --study without it")
+    if a.figure:
+        if a.trace is None:
+            raise UsageError("--figure plots a trace; give --trace N with it")
+        check_output_file(a.figure, "--figure")
     a.prune_lambdas = ()
     if a.prune:
         try:

@@ -99,6 +99,169 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     return SeedResult(**r)
 
 
+# --------------------------------------------------------------------------- along training
+def trace_folder(data, config, seed, overrides, every, runs_dir, n_trees=None):
+    """``<runs_dir>/trace-every<N>-trees<n|all>/<run folder>``: the traced run of one seed, with early stopping
+    off (``patience`` past the last evaluation, an override, so it is in the run folder's name and hash)."""
+    from .train import preset
+    tcfg = preset(config, 1, seed=seed, **overrides)[1]
+    ov = {"seed": seed, **overrides, "patience": tcfg.max_steps // tcfg.eval_every + 1}
+    sub = f"trace-every{every}-trees{n_trees or 'all'}"
+    return os.path.join(str(runs_dir), sub, os.path.basename(study.run_folder(config, data, None, **ov))), ov
+
+
+def trace_seed(data, config, seed, overrides, every, runs_dir, n_trees=None, progress=True):
+    """The head functions measured ALONG one seed's training: every ``every`` steps up to the preset's
+    ``max_steps``, the parameters of that step are measured as :func:`measure` measures a finished model (best
+    +-1 head with its confidence, sec. 5.1; syntactic heads, sec. 5.2; rare-word share, sec. 5.3) and their dev
+    BLEU (greedy, on the preset's ``dev_bleu_sentences``). Returns the rows [{"step", "dev_bleu", "positional",
+    "syntactic", "rare"}, ...].
+
+    The run is the preset's with early stopping off, so the curve goes on where dev BLEU stalls (the emergence
+    model is the best-BLEU checkpoint of the run WITH early stopping, so it can stop sooner). It is trained in
+    segments, ``train(stop_after=every)`` then a resume from last.npz, which is exact (tests/test_train.py): the
+    traced parameters are those an uninterrupted run passes through. Rows are kept in trace.json beside the run
+    (written atomically after each segment), so an interrupted trace resumes where it stopped."""
+    from tqdm.auto import tqdm
+    from . import checkpoint
+    from .train import dev_bleu
+    from .train import train as train_model
+    out, ov = trace_folder(data, config, seed, overrides, every, runs_dir, n_trees)
+    _, trees, corpus, cfg, tcfg = study.prepare(config, data, **ov)
+    trees = trees["dev"][:n_trees]
+    key = {"version": 1, "every": every, "n_trees": n_trees, "trees": study.data_fingerprint(data, ("dev.conllu",))}
+    path, last = os.path.join(out, "trace.json"), os.path.join(out, "last.npz")
+    rows = []
+    if os.path.exists(path):
+        doc = checkpoint.load_json(path)
+        if doc.get("key") != key:
+            raise MiniheadError(f"{path}: traced on other dev trees or at other steps ({doc.get('key')} vs {key}); "
+                                f"delete {out} to trace again")
+        rows = doc["rows"]
+    targets = sorted(set(range(every, tcfg.max_steps + 1, every)) | {tcfg.max_steps})
+    for target in tqdm(targets, desc=f"trace seed {seed}", unit="point", disable=not progress):
+        if rows and rows[-1]["step"] >= target:
+            continue
+        at = checkpoint.load(last).meta["step"] if os.path.exists(last) else 0
+        if at > target:
+            raise MiniheadError(f"{last}: the run is at step {at}, past step {target}, the next one {path} lacks; "
+                                f"delete {out} to trace again")
+        if at < target:
+            params = train_model(corpus, cfg, tcfg, out, resume=at > 0, progress=False, stop_after=target - at).params
+        else:   # saved at this step, interrupted before its row was written
+            params = checkpoint.load(last).params
+        pos, syn, rare = measure(params, cfg, corpus.vocab, trees, corpus.src_freq)
+        rows.append(json.loads(json.dumps({"step": target, "dev_bleu": dev_bleu(params, cfg, corpus, tcfg.dev_bleu_sentences),
+                                           "positional": pos, "syntactic": syn, "rare": rare})))
+        checkpoint.save_json(path, {"key": key, "rows": rows})
+    return rows
+
+
+def trace_doc(traces, config, data, n_trees, overrides, every):
+    """The traces of several seeds as one JSON document (``emergence --trace N --json``; the chapters plot the
+    shipped ones): {"kind": "emergence-trace", "study", "data", "every", "seeds", "blas_threads", "provenance",
+    "traces": {seed: rows}}."""
+    return {"kind": "emergence-trace", "study": config, "data": _relative(data), "overrides": dict(overrides),
+            "n_trees": n_trees, "every": every, "seeds": list(traces), "blas_threads": study.blas_threads(),
+            "provenance": provenance(config, data, n_trees, overrides),
+            "traces": {str(k): v for k, v in traces.items()}}
+
+
+def _relative(data):
+    """A data folder as the trace document names it: relative to the repository when inside it."""
+    from .data.corpus import REPO_ROOT
+    path = os.path.abspath(str(data))
+    inside = os.path.commonpath([path, str(REPO_ROOT)]) == str(REPO_ROOT)
+    return os.path.relpath(path, str(REPO_ROOT)) if inside else path
+
+
+def load_trace(path):
+    """A trace document (:func:`trace_doc`) such as the ones shipped in chapters/studies/, refused with the
+    command that remakes it when missing, unreadable, or when its provenance (the preset's settings with its
+    overrides, the data's content hash) differs from today's."""
+    from .data.corpus import REPO_ROOT
+    remake = "remake it with `python -m minihead emergence --trace N --json PATH` (the command is in the README)"
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise MiniheadError(f"{path}: no such trace; {remake}") from None
+    except (OSError, ValueError) as exc:
+        raise MiniheadError(f"{path}: does not parse as a trace ({exc}); {remake}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "emergence-trace":
+        raise MiniheadError(f"{path}: holds no trace (an object with kind 'emergence-trace'); {remake}")
+    data = os.path.join(str(REPO_ROOT), doc["data"])
+    want = provenance(doc["study"], data, doc["n_trees"], doc["overrides"])
+    for k in want:
+        if doc["provenance"].get(k) != want[k]:
+            raise MiniheadError(f"{path}: stale, its {k} differs from today's ({doc['provenance'].get(k)!r} vs "
+                                f"{want[k]!r}); {remake}")
+    return doc
+
+
+def trace_table(traces):
+    """One row per traced step: dev BLEU, the best +-1 head's share / confidence and the relations with a
+    syntactic head, a column per seed."""
+    seeds = list(traces)
+    lines = ["| step | " + " | ".join(f"seed {k}: BLEU, best +-1 head: share / confidence, relations" for k in seeds)
+             + " |",
+             "|---|" + "---|" * len(seeds)]
+    by_step = {}
+    for k in seeds:
+        for r in traces[k]:
+            p = r["positional"]
+            by_step.setdefault(r["step"], {})[k] = (f"{r['dev_bleu']:.1f}, {p['offset']:+d}: {p['share']:.2f} / "
+                                                   f"{p['confidence']:.2f}"
+                                                   f"{' *' if p['held'] else ''}, "
+                                                   f"{len(r['syntactic']['relations_held'])}")
+    for step in sorted(by_step):
+        lines.append(f"| {step} | " + " | ".join(by_step[step].get(k, "") for k in seeds) + " |")
+    lines.append("")
+    lines.append(f"* a positional head (share >= {findings.POSITIONAL_SHARE}, confidence > "
+                 f"{findings.POSITIONAL_CONFIDENCE}); relations: how many of the 4 have a syntactic head")
+    return "\n".join(lines)
+
+
+def plot_trace(docs, labels=None, axes=None):
+    """The head functions along training, one line per seed and per document (``docs``: trace documents of
+    :func:`trace_doc`, e.g. the language with needs and its control, drawn solid and dashed): the best +-1 head's
+    share of argmaxes, its confidence (with the criteria's lines, 0.9 and 0.8) and the number of relations with a
+    syntactic head; a dotted vertical line marks where the preset itself stops when the trace trains on past it.
+    Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig = axes[0].figure
+    styles = ("-", "--", ":", "-.")
+    for i, doc in enumerate(docs):
+        label = (labels or [d["data"] for d in docs])[i]
+        for j, (seed, rows) in enumerate(doc["traces"].items()):
+            steps = [r["step"] for r in rows]
+            kw = dict(ls=styles[i % len(styles)], color=f"C{j}", label=f"{label}, seed {seed}")
+            axes[0].plot(steps, [r["positional"]["share"] for r in rows], **kw)
+            axes[1].plot(steps, [r["positional"]["confidence"] for r in rows], **kw)
+            axes[2].plot(steps, [len(r["syntactic"]["relations_held"]) for r in rows], **kw)
+    from .train import PRESETS
+    for doc in docs:    # where the preset itself stops, when the trace trains past it
+        stop = PRESETS[doc["study"]][1]["max_steps"]
+        if stop < max(r["step"] for rows in doc["traces"].values() for r in rows):
+            for ax in axes:
+                ax.axvline(stop, color="grey", ls=":", lw=0.8)
+    axes[0].axhline(findings.POSITIONAL_SHARE, color="k", lw=0.8)
+    axes[1].axhline(findings.POSITIONAL_CONFIDENCE, color="k", lw=0.8)
+    for ax, title in zip(axes, ("best +-1 head: share of argmaxes", "its confidence",
+                                "relations with a syntactic head (of 4)")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("training step")
+    axes[0].set_ylim(0, 1)
+    axes[1].set_ylim(0, 1)
+    axes[2].set_ylim(-0.2, 4.2)
+    axes[2].set_yticks(range(5))
+    axes[2].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def summary(results):
     """Rows of the emergence table, one per seed, and a closing line per finding with the seed count."""
     lines = ["| seed | dev BLEU | best +-1 share (offset, layer-head) | its confidence | positional heads | "
@@ -157,6 +320,10 @@ def add_emergence_command(subparsers):
                    "and judge whether most heads are prunable and the heads with a role survive")
     s.add_argument("--study", default=None, help="also write the study over seeds (per-seed verdicts, their summary "
                    "and provenance) for the chapters, e.g. chapters/studies/emerge.json")
+    s.add_argument("--trace", type=int, default=None, metavar="N",
+                   help="instead: measure each seed's model every N training steps, with early stopping off, and "
+                   "print the head functions against steps (--json writes the traces, --figure plots them)")
+    s.add_argument("--figure", default=None, metavar="PNG", help="with --trace: plot the traces into this image")
     s.set_defaults(func=cmd_emergence)
     return s
 
@@ -173,6 +340,8 @@ def parse_seeds(text):
 
 def cmd_emergence(a):
     """The ``emergence`` command (arguments checked by :func:`minihead.cli.validate_emergence`)."""
+    if a.trace:
+        return cmd_trace(a)
     results = []
     for seed in a.seeds_list:
         print(f"seed {seed}: training / measuring ({a.config}, {a.data})", flush=True)
@@ -187,6 +356,25 @@ def cmd_emergence(a):
         from .checkpoint import save_json
         save_json(a.study, study_doc(results, a.config, a.data, a.n_trees, a.settings))
     return results
+
+
+def cmd_trace(a):
+    """``emergence --trace N``: :func:`trace_seed` for each seed, the table of :func:`trace_table`, and with
+    ``--json`` / ``--figure`` the document of :func:`trace_doc` and its plot."""
+    traces = {}
+    for seed in a.seeds_list:
+        print(f"seed {seed}: tracing every {a.trace} steps ({a.config}, {a.data})", flush=True)
+        traces[seed] = trace_seed(a.data, a.config, seed, a.settings, a.trace, a.runs, a.n_trees)
+    print(f"\n## Emergence along training: {a.config}, {a.data}, seeds {','.join(map(str, a.seeds_list))}, "
+          f"{study.blas_threads()} BLAS thread(s), early stopping off\n")
+    print(trace_table(traces))
+    doc = trace_doc(traces, a.config, a.data, a.n_trees, a.settings, a.trace)
+    if a.json:
+        from .checkpoint import save_json
+        save_json(a.json, doc)
+    if a.figure:
+        plot_trace([doc]).savefig(a.figure, dpi=120)
+    return traces
 
 
 def provenance(config, data, n_trees, overrides):

@@ -73,18 +73,24 @@ def _tag(name, overrides):
     return name + "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
 
 
+def prepare(name="quick", data="data_small", **overrides):
+    """What training the named preset on ``data`` starts from: (splits, trees, corpus, cfg, tcfg), the corpus
+    built on the preset's first ``n_train`` training pairs and the configs sized to its vocabulary."""
+    splits, trees = load_data_small(data)
+    n_train = preset(name, 1, **overrides)[1].n_train
+    corpus = Corpus.build(list(zip(*splits["train"])), list(zip(*splits["dev"])), n_train=n_train)
+    cfg, tcfg = preset(name, len(corpus.vocab), **overrides)
+    return splits, trees, corpus, cfg, tcfg
+
+
 def load_study(name="quick", data="data_small", runs=None, progress=True, **overrides):
     """Train (first call) or load (later calls) the named preset on ``data``; ``overrides`` change the
     preset (and therefore the run folder's name, see :func:`run_folder`). ``done.json`` (the training's history, written atomically
     when it ends) marks a finished training; an unreadable one is an error naming it (delete it: the
     training then resumes from last.npz, which holds the whole history, and ends at once)."""
-    splits, trees = load_data_small(data)
+    splits, trees, corpus, cfg, tcfg = prepare(name, data, **overrides)
     tag = _tag(name, overrides)
     out = run_folder(name, data, runs, **overrides)
-    n_train = preset(name, 1, **overrides)[1].n_train
-    train_pairs = list(zip(*splits["train"]))
-    corpus = Corpus.build(train_pairs, list(zip(*splits["dev"])), n_train=n_train)
-    cfg, tcfg = preset(name, len(corpus.vocab), **overrides)
     done = os.path.join(out, "done.json")
     if not os.path.exists(done):
         resume = os.path.exists(os.path.join(out, "last.npz"))

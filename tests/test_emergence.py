@@ -152,6 +152,68 @@ def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path
         reproduce.load_shipped_study("emerge-like")
 
 
+TINY = dict(max_steps=5, eval_every=3, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)
+
+
+def test_trace_measures_the_uninterrupted_run_and_resumes(tmp_path):
+    """emergence.trace_seed: rows every N steps and at max_steps; the run is trained in segments and resumed, yet
+    its last row is the measurement (head functions and dev BLEU) of one uninterrupted training of the same
+    settings with early stopping off; an interruption after a checkpoint but before its row resumes to the same
+    rows; a trace whose run is past its next step, or made on other trees, is refused naming the file."""
+    from minihead import checkpoint, study
+    from minihead.errors import MiniheadError
+    from minihead.train import dev_bleu, train
+    args = ("data_small", "quick", 1, TINY, 2, str(tmp_path / "runs"), 6)
+    rows = emergence.trace_seed(*args, progress=False)
+    assert [r["step"] for r in rows] == [2, 4, 5]
+    assert set(rows[0]) == {"step", "dev_bleu", "positional", "syntactic", "rare"}
+    out, ov = emergence.trace_folder(*args[:6], n_trees=6)
+    assert ov["patience"] == 5 // 3 + 1 and "patience2" in out and "trace-every2-trees6" in out
+    _, trees, corpus, cfg, tcfg = study.prepare("quick", "data_small", **ov)
+    whole = train(corpus, cfg, tcfg, str(tmp_path / "whole"), progress=False)
+    pos, syn, rare = emergence.measure(whole.params, cfg, corpus.vocab, trees["dev"][:6], corpus.src_freq)
+    assert [rows[-1]["positional"], rows[-1]["syntactic"], rows[-1]["rare"]] == json.loads(json.dumps([pos, syn, rare]))
+    assert rows[-1]["dev_bleu"] == dev_bleu(whole.params, cfg, corpus, tcfg.dev_bleu_sentences)
+    path = pathlib.Path(out) / "trace.json"
+    doc = checkpoint.load_json(path)
+    checkpoint.save_json(path, {**doc, "rows": doc["rows"][:2]})     # last.npz is at step 5, its row was lost
+    assert emergence.trace_seed(*args, progress=False) == rows
+    checkpoint.save_json(path, {**doc, "rows": doc["rows"][:1]})     # step 4 can no longer be measured
+    with pytest.raises(MiniheadError, match=r"last.npz: the run is at step 5, past step 4.*delete"):
+        emergence.trace_seed(*args, progress=False)
+    checkpoint.save_json(path, {**doc, "key": {**doc["key"], "trees": "other"}})
+    with pytest.raises(MiniheadError, match=r"trace.json: traced on other dev trees"):
+        emergence.trace_seed(*args, progress=False)
+
+
+def test_trace_command_prints_writes_and_plots(tmp_path, capsys):
+    """`emergence --trace N`: a table row per traced step with a column per seed, --json the trace document
+    (with the provenance the chapters check; emergence.load_trace reads it back and refuses it when stale or
+    missing), --figure a plot of share, confidence and relations per seed."""
+    from minihead.errors import MiniheadError
+    argv = ["emergence", "--seeds", "1,2", "--trace", "3", "--set"] + [f"{k}={v}" for k, v in TINY.items()] + [
+        "--n-trees", "6", "--runs", str(tmp_path / "runs"), "--json", str(tmp_path / "t.json"),
+        "--figure", str(tmp_path / "t.png")]
+    traces = main(argv)
+    out = capsys.readouterr().out
+    assert list(traces) == [1, 2] and [r["step"] for r in traces[2]] == [3, 5]
+    assert "| step | seed 1: BLEU, best +-1 head" in out and "\n| 3 | " in out and "\n| 5 | " in out and "early stopping off" in out
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["kind"] == "emergence-trace" and doc["every"] == 3 and doc["seeds"] == [1, 2]
+    assert list(doc["traces"]) == ["1", "2"] and doc["provenance"]["preset"]["model"]["d_model"] == 16
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert doc["data"] == "data_small" and doc["overrides"] == TINY
+    assert emergence.load_trace(str(tmp_path / "t.json"))["traces"] == doc["traces"]
+    stale = {**doc, "overrides": {**TINY, "max_steps": 6}}
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    with pytest.raises(MiniheadError, match=r"stale.json: stale, its preset differs.*emergence --trace"):
+        emergence.load_trace(str(tmp_path / "stale.json"))
+    with pytest.raises(MiniheadError, match=r"nope.json: no such trace"):
+        emergence.load_trace(str(tmp_path / "nope.json"))
+    fig = emergence.plot_trace([doc, doc], labels=["needs", "control"])
+    assert len(fig.axes) == 3 and all(len(ax.lines) == 2 * 2 + (ax in fig.axes[:2]) for ax in fig.axes)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["emergence", "--seeds", "1,x"], "--seeds '1,x': give whole numbers"),
     (["emergence", "--seeds", "1,1"], "each once"),
@@ -160,6 +222,9 @@ def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path
     (["emergence", "--n-trees", "0"], "--n-trees"),
     (["emergence", "--prune", "0.1,x"], "--prune '0.1,x': give L0 weights"),
     (["emergence", "--prune", "-1"], "none negative"),
+    (["emergence", "--trace", "0"], "--trace 0: give the number of steps"),
+    (["emergence", "--trace", "100", "--prune", "0.1"], "run --prune and --study without it"),
+    (["emergence", "--figure", "x.png"], "--figure plots a trace; give --trace N"),
 ])
 def test_emergence_refuses_bad_arguments_in_one_line(argv, message, capsys):
     """Bad seeds, a seed given through --set, a missing data folder and a non-positive --n-trees exit 2 with one
