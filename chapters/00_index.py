@@ -12,7 +12,7 @@
 # |---|---|---|---|
 # | [01 A Transformer from scratch](01_transformer_from_scratch.ipynb) | layers with hand-written backprop, a live gradient check, training, translations, encoder attention maps | ~3 min (trains the quick model once) | ~10 min on one core the first time (trains the default model), then ~1.5 min |
 # | [02 Head importance with LRP](02_head_importance_lrp.ipynb) | LRP rules checked live (slow twins, conservation), head relevance (Figure 1), confidence, Michel importance, single-head ablation, rank agreement | ~1 min | ~2 min (seconds of it cached by `reproduce`) |
-# | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance | < 1 min | the default model, where the heads form: ~3 min once it is trained |
+# | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance; the heads emerging along training, against the control | < 1 min | the default model, where the heads form: ~3 min once it is trained |
 # | [04 Hard-concrete gates](04_hard_concrete_gates.ipynb) | the gate distribution, the L0 penalty, its gradient checks, useless toy heads closing | seconds | < 1 min |
 # | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8) | ~2-3 min | ~17 min cold on one core (eight pruning runs), seconds when cached |
 # | [06 Pruning all attention types](06_pruning_all_attention.ipynb) | which attention type goes first, where heads survive, pruned versus trained from scratch (Table 2) | ~4 min | ~45 min cold on one core (two pruning runs, two from-scratch trainings), seconds when cached |

@@ -350,7 +350,86 @@ print(f"{len(special)} specialised heads, mean relevance {mean(special):.3f}; "
 print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) or "-" for lh in top])
 
 # %% [markdown]
-# ## 5. What reproduced, and at which scale
+# ## 5. Watching the heads emerge along training
+#
+# A finished model shows whether a head function is there; training shows how it gets there. `python -m minihead
+# emergence --trace 200` measures the model every 200 steps exactly as section 3 measures a finished one (the
+# parameters of that step, the paper's criteria from `minihead/findings.py`), with early stopping off so the curve
+# goes on where dev BLEU stalls. The traces shipped in `chapters/studies/` are the quick preset's three seeds, trained
+# on past its own 1,200 steps (dotted line) to 3,000, on the language with needs (solid) and on its control
+# (dashed: the same sources, trees and sizes, but nothing in the translation needs a neighbour or a relative):
+#
+#     python -m minihead emergence --config quick --seeds 1,2,3 --trace 200 --set max_steps=3000 \
+#         [--data data_small/control] --json chapters/studies/trace-quick[-control].json
+#
+# Read the figure for three things. The best +-1 head of the language with needs points at **+1**, the neighbour
+# whose first letter sets the sandhi ending, and climbs above the control's best (a -1 head that no rule
+# asks for). Syntactic heads for 3-4 relations appear by step 800 in every seed with needs, and in the control only
+# the adverb head (the control keeps the adverb's move to the verb). And the positional head is slow and
+# seed-dependent: it crosses the paper's lines (90% of the argmaxes, confidence above 0.8) at step 1,800 in seed 3
+# and only at step 3,000 in seed 1, while seed 2's +1 head, in the last encoder layer, levels off below them (0.79
+# of the argmaxes, confidence 0.68 at step 3,000). At the preset's
+# 1,200 steps no seed is there yet, which is why section 6 reports the positional head as not reproduced at quick
+# scale; the default preset (6 encoder layers of heads 64 wide, 2,400 steps) has it in every seed.
+
+# %%
+import os as _os
+
+from minihead import emergence
+from minihead.reproduce import STUDIES, load_shipped_study
+
+traces = {name: emergence.load_trace(_os.path.join(STUDIES, f"trace-{name}.json"))
+          for name in ("quick", "quick-control")}
+for name, doc in traces.items():
+    print(f"{name} ({doc['data']}), BLAS threads {doc['blas_threads']}:")
+    print(emergence.trace_table({int(k): rows for k, rows in doc["traces"].items()}))
+    print()
+fig = emergence.plot_trace([traces["quick"], traces["quick-control"]], labels=["needs", "control"])
+plt.show()
+
+# %% [markdown]
+# The same measurement at default scale (`--config default --seeds 1,2,3 --trace 200`, the preset's own 2,400
+# steps). The full study's models trained all 2,400 steps without stopping early, so these are their runs: at step
+# 2,400 each trace meets its seed's shipped model (`chapters/studies/emerge.json`) number for number, which the cell
+# checks. The +1 head passes confidence 0.8 early (heads 64 wide, six encoder layers: by step 800-1,000, where the
+# quick preset's never get past 0.84) and the 90% line later, at step 1,800, 2,200 and 1,600 in seeds 1, 2 and 3;
+# step for step its share rises about as fast as the quick preset's. At quick scale the head falls short on
+# confidence first.
+
+# %%
+traces["default"] = emergence.load_trace(_os.path.join(STUDIES, "trace-default.json"))
+print(emergence.trace_table({int(k): rows for k, rows in traces["default"]["traces"].items()}))
+fig = emergence.plot_trace([traces["default"]], labels=["default"])
+plt.show()
+shipped = {p["seed"]: p for p in load_shipped_study("emerge")["per_seed"]}
+for seed in traces["default"]["seeds"]:
+    last = traces["default"]["traces"][str(seed)][-1]
+    assert shipped[seed]["steps"] == last["step"] and shipped[seed]["dev_bleu"] == last["dev_bleu"], seed
+    assert shipped[seed]["findings"]["positional"] == last["positional"], seed
+
+# %% [markdown]
+# The contrast with the control is the claim this figure makes, and it holds in every seed from step 1,000 on: the
+# best +-1 head of the language with needs has the larger share of argmaxes, and its syntactic heads cover at least
+# two more relations than the control's. (A claim on the shipped traces: regenerated ones that broke it would fail
+# here.)
+
+# %%
+def by_step(doc, seed):
+    return {r["step"]: r for r in doc["traces"][str(seed)]}
+
+for seed in traces["quick"]["seeds"]:
+    needs, control = by_step(traces["quick"], seed), by_step(traces["quick-control"], seed)
+    for step in sorted(set(needs) & set(control)):
+        if step < 1000:
+            continue
+        n, c = needs[step], control[step]
+        assert n["positional"]["offset"] == 1 and n["positional"]["share"] > c["positional"]["share"], (seed, step)
+        assert len(n["syntactic"]["relations_held"]) >= len(c["syntactic"]["relations_held"]) + 2, (seed, step)
+print("in every seed, from step 1000 on: the +1 head above the control's best +-1 head, >= 2 more relations")
+
+
+# %% [markdown]
+# ## 6. What reproduced, and at which scale
 #
 # The language of `data_small/` is built so that translating it *needs* each function: the sandhi ending of a word
 # is set by the next source word (a +1 positional need), the case suffix of the subject and the object noun and the
