@@ -229,6 +229,7 @@ def plot_trace(docs, labels=None, axes=None):
     syntactic head; a dotted vertical line marks where the preset itself stops when the trace trains on past it.
     Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
+    from .train import PRESETS
     if axes is None:
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     fig = axes[0].figure
@@ -241,7 +242,6 @@ def plot_trace(docs, labels=None, axes=None):
             axes[0].plot(steps, [r["positional"]["share"] for r in rows], **kw)
             axes[1].plot(steps, [r["positional"]["confidence"] for r in rows], **kw)
             axes[2].plot(steps, [len(r["syntactic"]["relations_held"]) for r in rows], **kw)
-    from .train import PRESETS
     for doc in docs:    # where the preset itself stops, when the trace trains past it
         stop = PRESETS[doc["study"]][1]["max_steps"]
         if stop < max(r["step"] for rows in doc["traces"].values() for r in rows):
