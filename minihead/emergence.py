@@ -139,15 +139,16 @@ def trace_seed(data, config, seed, overrides, every, runs_dir, n_trees=None, pro
                                 f"delete {out} to trace again")
         rows = doc["rows"]
     targets = sorted(set(range(every, tcfg.max_steps + 1, every)) | {tcfg.max_steps})
+    at = checkpoint.load(last).meta["step"] if os.path.exists(last) else 0   # the step the saved run is at
     for target in tqdm(targets, desc=f"trace seed {seed}", unit="point", disable=not progress):
         if rows and rows[-1]["step"] >= target:
             continue
-        at = checkpoint.load(last).meta["step"] if os.path.exists(last) else 0
         if at > target:
             raise MiniheadError(f"{last}: the run is at step {at}, past step {target}, the next one {path} lacks; "
                                 f"delete {out} to trace again")
         if at < target:
             params = train_model(corpus, cfg, tcfg, out, resume=at > 0, progress=False, stop_after=target - at).params
+            at = target
         else:   # saved at this step, interrupted before its row was written
             params = checkpoint.load(last).params
         pos, syn, rare = measure(params, cfg, corpus.vocab, trees, corpus.src_freq)
@@ -191,11 +192,8 @@ def load_trace(path):
     if not isinstance(doc, dict) or doc.get("kind") != "emergence-trace":
         raise MiniheadError(f"{path}: holds no trace (an object with kind 'emergence-trace'); {remake}")
     data = os.path.join(str(REPO_ROOT), doc["data"])
-    want = provenance(doc["study"], data, doc["n_trees"], doc["overrides"])
-    for k in want:
-        if doc["provenance"].get(k) != want[k]:
-            raise MiniheadError(f"{path}: stale, its {k} differs from today's ({doc['provenance'].get(k)!r} vs "
-                                f"{want[k]!r}); {remake}")
+    study.check_provenance(path, doc.get("provenance", {}),
+                           provenance(doc["study"], data, doc["n_trees"], doc["overrides"]), remake)
     return doc
 
 

@@ -450,6 +450,7 @@ def load_shipped_study(name="quick"):
     (head roles only). Refused, with the command that remakes it, when missing or when its provenance (settings,
     data) differs from today's."""
     from . import emergence
+    from .study import check_provenance
     path = os.path.join(STUDIES, f"{name}.json")
     if name in SCALES:
         remake = (f"remake it with `python -m minihead reproduce {'--quick ' if name == 'quick' else ''}--seeds 1,2,3 "
@@ -471,9 +472,7 @@ def load_shipped_study(name="quick"):
         want = study_provenance(SCALES[name])
     else:
         want = emergence.provenance(name, os.path.join(ROOT, "data_small"), have.get("n_trees"), {})
-    for k in want:
-        if have.get(k) != want[k]:
-            raise MiniheadError(f"{path}: stale, its {k} differs from today's ({have.get(k)!r} vs {want[k]!r}); {remake}")
+    check_provenance(path, have, want, remake)
     return doc
 
 

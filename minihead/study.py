@@ -42,6 +42,15 @@ def blas_threads():
 STUDY_FILES = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
 
 
+def check_provenance(path, have, want, remake):
+    """Refuse a shipped document whose recorded provenance ``have`` differs from today's ``want`` in any key of
+    ``want`` (settings, data hash): a MiniheadError naming ``path``, the key, both values and how to ``remake`` it."""
+    from .errors import MiniheadError
+    for k in want:
+        if have.get(k) != want[k]:
+            raise MiniheadError(f"{path}: stale, its {k} differs from today's ({have.get(k)!r} vs {want[k]!r}); {remake}")
+
+
 def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt")):
     """Short hash of the bytes of a data folder's parallel files: a regenerated language gets new run folders."""
     import hashlib
