@@ -191,6 +191,9 @@ def load_trace(path):
         raise MiniheadError(f"{path}: does not parse as a trace ({exc}); {remake}") from None
     if not isinstance(doc, dict) or doc.get("kind") != "emergence-trace":
         raise MiniheadError(f"{path}: holds no trace (an object with kind 'emergence-trace'); {remake}")
+    missing = [k for k in ("study", "data", "n_trees", "overrides", "provenance", "traces") if k not in doc]
+    if missing:
+        raise MiniheadError(f"{path}: a trace without {', '.join(missing)}; {remake}")
     data = os.path.join(str(REPO_ROOT), doc["data"])
     study.check_provenance(path, doc.get("provenance", {}),
                            provenance(doc["study"], data, doc["n_trees"], doc["overrides"]), remake)

@@ -188,8 +188,8 @@ def test_trace_measures_the_uninterrupted_run_and_resumes(tmp_path):
 
 def test_trace_command_prints_writes_and_plots(tmp_path, capsys):
     """`emergence --trace N`: a table row per traced step with a column per seed, --json the trace document
-    (with the provenance the chapters check; emergence.load_trace reads it back and refuses it when stale or
-    missing), --figure a plot of share, confidence and relations per seed."""
+    (with the provenance the chapters check; emergence.load_trace reads it back and refuses it when stale, missing
+    or lacking a field), --figure a plot of share, confidence and relations per seed."""
     from minihead.errors import MiniheadError
     argv = ["emergence", "--seeds", "1,2", "--trace", "3", "--set"] + [f"{k}={v}" for k, v in TINY.items()] + [
         "--n-trees", "6", "--runs", str(tmp_path / "runs"), "--json", str(tmp_path / "t.json"),
@@ -210,6 +210,9 @@ def test_trace_command_prints_writes_and_plots(tmp_path, capsys):
         emergence.load_trace(str(tmp_path / "stale.json"))
     with pytest.raises(MiniheadError, match=r"nope.json: no such trace"):
         emergence.load_trace(str(tmp_path / "nope.json"))
+    (tmp_path / "partial.json").write_text(json.dumps({k: v for k, v in doc.items() if k not in ("data", "traces")}))
+    with pytest.raises(MiniheadError, match=r"partial.json: a trace without data, traces; remake it"):
+        emergence.load_trace(str(tmp_path / "partial.json"))
     fig = emergence.plot_trace([doc, doc], labels=["needs", "control"])
     assert len(fig.axes) == 3 and all(len(ax.lines) == 2 * 2 + (ax in fig.axes[:2]) for ax in fig.axes)
 
