@@ -498,6 +498,156 @@ def judge_against_study(name, verdicts, names=None, strict=True, log=print):
     return findings.check_claims(shipped["summary"], verdicts, names=names, log=log)
 
 
+# --------------------------------------------------------------------------- the README's findings table
+# The top-level README.md shows one findings table rendered from the shipped studies, never typed by hand:
+# tests/test_readme.py fails when the table between these markers differs from readme_findings().
+README_MARKERS = ("<!-- findings:begin -->", "<!-- findings:end -->")
+README_STUDIES = (("full", "full mode"), ("quick", "quick mode"))   # shipped study, column heading, in order
+
+# Why a finding does not hold in every seed of a study, (finding, study) -> one sentence for the reader. Shown only
+# where the study says it does not hold everywhere; a study in which a finding fails with no sentence here is
+# refused by readme_findings, so the README never states a failure without its reason (or "not measured").
+WHY_NOT = {
+    ("few_heads", "full"): "with two heads a layer (the paper has eight), \"a few\" can only mean the better head of "
+                           "two, and it stays close to half",
+    ("few_heads", "quick"): "the same: two heads a layer",
+    ("relevance_ablation", "full"): "the rank agreement varies with the seed (each seed's rho beside)",
+    ("confident", "quick"): "the rank agreement varies with the seed (each seed's rho beside)",
+    ("positional", "quick"): "the quick model's +1 head falls short on confidence first, share second; more steps, "
+                             "wider heads or more layers alone do not bring it in every seed, the full model has it "
+                             "([experiments](docs/experiments.md))",
+    ("rare_word", "full"): "not explained; presumably no rule of the synthetic language needs the rarest token (rare "
+                           "nouns translate word for word)",
+    ("rare_word", "quick"): "as in full mode",
+    ("prunable", "quick"): "six encoder heads leave none to spare at this size",
+    ("specialised_survive", "full"): "the heads with a role are over-represented among the survivors in some runs "
+                                     "only",
+    ("specialised_survive", "quick"): "as in full mode",
+    ("encoder_first", "full"): "the encoder keeps the smallest share of its heads, but the criterion also asks it to "
+                               "be the first type to lose half, and in the lighter run no type loses half",
+    ("encoder_first", "quick"): "six encoder heads leave none to spare at this size",
+    ("decoder_layers", "quick"): "where it fails, decoder self-attention's survivors sit at the middle layer, not "
+                                 "below it",
+    ("pruned_vs_scratch", "full"): "not explained: the cause is not measured here",
+    ("pruned_vs_scratch", "quick"): "as in full mode",
+}
+
+
+def _points(x):
+    return f"{x * 100:+.0f}"
+
+
+def _per_seed(vals, f="{:.2f}"):
+    return ", ".join("-" if v is None else f.format(v) for v in vals)
+
+
+def readme_numbers(name, numbers, model):
+    """This project's key numbers of one finding in a study over seeds, as the README's table prints them:
+    ``numbers`` is the study summary's {key: (mean, sd, per-seed values)} of finding ``name``
+    (:func:`minihead.findings.summarize`), ``model`` the preset's model settings (heads, layers). Means over the
+    seeds, per-seed values where the finding is a count or a rank correlation."""
+    m = {k: v[0] for k, v in numbers.items()}
+    if name == "few_heads":
+        from .importance import uniform_top_quarter_share
+        line = uniform_top_quarter_share(model["n_heads"]) + findings.FEW_HEADS_MARGIN
+        return f"weakest layer's top-quarter share {m['top_quarter_min']:.2f} (line {line:.2f})"
+    if name in ("relevance_ablation", "confident"):
+        return f"Spearman rho {m['rho']:.2f} ({_per_seed(numbers['rho'][2])})"
+    if name == "positional":
+        return (f"best +-1 head on its offset {m['share']:.2f} of the time, confidence {m['confidence']:.2f} "
+                f"(lines {findings.POSITIONAL_SHARE:g}, {findings.POSITIONAL_CONFIDENCE:g}); "
+                f"{_per_seed(numbers['n_heads'][2], '{:.0f}')} such heads")
+    if name == "syntactic":
+        return ("best margin over the offset baseline, points: "
+                + ", ".join(f"{r} {_points(m['margin_' + r])}" for r in findings.RELATIONS if m.get("margin_" + r) is not None)
+                + f" (line +{findings.SYNTACTIC_MARGIN * 100:.0f})")
+    if name == "rare_word":
+        return f"{m['share_over_chance']:.1f}x chance (line {findings.RARE_FACTOR:g}x)"
+    if name == "prunable":
+        n_enc = model["n_enc_layers"] * model["n_heads"]
+        return (f"{_per_seed(numbers['kept'][2], '{:.0f}')} of {n_enc} heads kept within "
+                f"{findings.PRUNE_BLEU_TOLERANCE:g} BLEU (line: half), BLEU change {m['bleu_change']:+.1f}")
+    if name == "specialised_survive":
+        return f"role heads' share among the survivors minus among all heads {m['excess_share']:+.2f}"
+    if name == "encoder_first":
+        return ("share of heads kept: enc " + f"{m['kept_share_enc']:.2f}, dec-self {m['kept_share_dec_self']:.2f}, "
+                f"dec-enc {m['kept_share_dec_enc']:.2f}")
+    if name == "decoder_layers":
+        layers = ", ".join(f"{k.replace('_', '-')} {m['mean_layer_' + k]:.2f}" if m.get("mean_layer_" + k) is not None
+                           else f"{k.replace('_', '-')} lost no heads" for k in ("dec_self", "dec_enc"))
+        return f"survivors' mean layer: {layers} (middle {(model['n_dec_layers'] - 1) / 2:g})"
+    if name == "pruned_vs_scratch":
+        return f"pruned minus from scratch {m['bleu_gap']:+.1f} BLEU"
+    return "; ".join(f"{k} {findings.fmt(v)}" for k, v in m.items() if v is not None)
+
+
+def readme_findings(studies=None):
+    """The README's findings table, rendered from the shipped studies over seeds (``chapters/studies/full.json``
+    and ``quick.json``, read as shipped; :func:`load_shipped_study` is the chapters' check that they are current):
+    a sentence naming the studies, then one row per finding of :data:`minihead.findings.FINDINGS` with the
+    paper's number (:data:`PAPER_SAYS`, from :mod:`minihead.paper`), this project's numbers and the count of seeds
+    in which it holds in each study, and why not (:data:`WHY_NOT`) where it does not hold in every seed.
+    ``studies``: {name: study document}, default the shipped files. Returns markdown without the markers."""
+    if studies is None:
+        studies = {}
+        for name, _ in README_STUDIES:
+            with open(os.path.join(STUDIES, f"{name}.json"), encoding="utf-8") as f:
+                studies[name] = json.load(f)
+    intro = []
+    for name, label in README_STUDIES:
+        doc = studies[name]
+        model = doc["provenance"]["preset"]["model"]
+        bleu = findings._mean_sd([p["test_bleu"] for p in doc["per_seed"]])
+        intro.append(f"{label}, the `{doc['study']}` preset ({model['n_enc_layers']} encoder + {model['n_dec_layers']} "
+                     f"decoder layers x {model['n_heads']} heads of {model['d_model'] // model['n_heads']}), "
+                     f"{len(doc['seeds'])} seeds, test BLEU {bleu[0]:.1f} +- {bleu[1]:.1f} "
+                     f"([`chapters/studies/{name}.json`](chapters/studies/{name}.json))")
+    lines = ["This project's numbers are means over seeds, one model per seed, each trained, analysed and pruned "
+             "alike: " + "; ".join(intro) + ". A finding holds in a seed by its criterion in "
+             "[`minihead/findings.py`](minihead/findings.py) (the lines in brackets); \"partly\": it held in some of "
+             "a seed's runs or configurations, not all.", "",
+             "| finding | paper | " + " | ".join(f"{label}: this project | holds in" for _, label in README_STUDIES)
+             + " | why not, where not |",
+             "|---|---|" + "---|---|" * len(README_STUDIES) + "---|"]
+    missing = []
+    for name, what in findings.FINDINGS.items():
+        cells, why = [], []
+        for study, label in README_STUDIES:
+            doc = studies[study]
+            f = doc["summary"][name]
+            held = f"{f['held_in']} of {f['of']}"
+            partly = f" (partly in {f['partly_in']})" if f.get("partly_in") and f["status"] != "all" else ""
+            cells += [readme_numbers(name, f["numbers"], doc["provenance"]["preset"]["model"]),
+                      (f"**{held}**" if f["status"] == "all" else held) + partly]
+            if f["status"] != "all":
+                if (name, study) not in WHY_NOT:
+                    missing.append(f"{name} in {study}")
+                why.append(f"{label.split()[0]}: {WHY_NOT.get((name, study), '')}")
+        lines.append(f"| {what} | {PAPER_SAYS[name]} | " + " | ".join(cells) + f" | {'; '.join(why) or '-'} |")
+    if missing:
+        raise MiniheadError(f"readme_findings: no reason in WHY_NOT (minihead/reproduce.py) for {', '.join(missing)}, "
+                            "which the studies say do not hold in every seed; add one sentence each")
+    return "\n".join(lines)
+
+
+def update_readme(path=None):
+    """Rewrite the findings table of README.md (between :data:`README_MARKERS`) from the shipped studies
+    (:func:`readme_findings`); ``python -m minihead.reproduce --readme`` does it. Returns True when the file
+    changed."""
+    path = path or os.path.join(ROOT, "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    begin, end = README_MARKERS
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise MiniheadError(f"{path}: needs one {begin} line and one {end} line after it around the findings table")
+    head, rest = text.split(begin)
+    new = f"{head}{begin}\n{readme_findings()}\n{end}{rest.split(end, 1)[1]}"
+    if new != text:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
+    return new != text
+
+
 def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, test_src=None, test_tgt=None,
                    quick=True, out="report-real", progress=True, log=print):
     """The study on a real parallel corpus (BPE learned on it) with gold trees of real English: test BLEU,
@@ -574,3 +724,11 @@ def add_reproduce_command(subparsers):
         return reproduce(a.quick, a.out, not a.no_progress, seeds=seeds)
     p.set_defaults(func=run)
     return p
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--readme"]:
+        raise SystemExit("usage: python -m minihead.reproduce --readme  (rewrites README.md's findings table from "
+                         "chapters/studies/; the study itself is `python -m minihead reproduce`)")
+    print("README.md " + ("updated" if update_readme() else "already up to date"))
