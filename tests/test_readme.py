@@ -1,13 +1,17 @@
-"""The README's reader's path stays true: every function and test its formula map names exists, and the tests read
-as a specification (each states what it checks in its docstring)."""
+"""The README's reader's path stays true: its findings table is the one rendered from the shipped studies, every
+function and test the formula map (docs/formulas.md) names exists, and the tests read as a specification (each
+states what it checks in its docstring)."""
 import ast
+import difflib
 import importlib
+import json
 import pathlib
 import re
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+FORMULAS = ROOT / "docs" / "formulas.md"                            # the formula map's home, linked from the README
 FUNCTION = re.compile(r"`(minihead/[\w/]+\.py):([\w.]+)`")          # `minihead/file.py:name` or :Class.method
 TEST = re.compile(r"`(tests/test_\w+\.py)::(\w+)`")                 # `tests/test_x.py::test_name`
 # The formulas the map must cover (issue 13): a word of each, found in the first column of some row.
@@ -22,7 +26,8 @@ DOCUMENTED = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))   # ever
 
 
 def formula_rows(readme_text):
-    """The rows of the table under '## Formula map' as lists of cells (header and rule rows left out)."""
+    """The rows of the table under '## Formula map' (of docs/formulas.md) as lists of cells (header and rule rows
+    left out)."""
     section = readme_text.split("\n## Formula map\n", 1)
     if len(section) < 2:
         return []
@@ -64,10 +69,10 @@ def missing_names(rows):
 
 
 def test_formula_map_names_only_functions_and_tests_that_exist():
-    """Each row of the README's formula map names at least one function (`minihead/file.py:name`, imported and
+    """Each row of the formula map (docs/formulas.md) names at least one function (`minihead/file.py:name`, imported and
     looked up with getattr, Class.method allowed) and one test (`tests/test_x.py::test_name`, found by parsing
     the file with ast), and every one it names exists. A rename that leaves a row stale fails here."""
-    rows = formula_rows((ROOT / "README.md").read_text())
+    rows = formula_rows(FORMULAS.read_text())
     assert len(rows) >= 30, f"the formula map has {len(rows)} rows"
     problems = missing_names(rows)
     assert not problems, "\n".join(problems)
@@ -77,7 +82,7 @@ def test_formula_map_covers_every_formula_of_the_paper():
     """The map has a row for each formula issue 13 lists: the hard-concrete sample, expected L0, the test-time
     gate, each LRP rule, head relevance, confidence, the positional criterion, syntactic accuracy and the offset
     baseline, the rare-word share, Michel importance, and each layer's backward."""
-    firsts = [cells[0] for cells in formula_rows((ROOT / "README.md").read_text())]
+    firsts = [cells[0] for cells in formula_rows(FORMULAS.read_text())]
     absent = [word for word in REQUIRED if not any(word in first for first in firsts)]
     assert not absent, f"no formula-map row for {absent}"
 
@@ -106,3 +111,94 @@ def test_every_test_states_what_it_specifies(name):
     bare = [n.name for n in tree.body
             if isinstance(n, ast.FunctionDef) and n.name.startswith("test") and not ast.get_docstring(n)]
     assert not bare, f"tests/{name}: tests without a docstring: {bare}"
+
+
+# ------------------------------------------------------------------ the README as an entry point
+README_COMMANDS = ("pip install -r requirements.txt && python -m minihead reproduce --quick",
+                   "pip install -r requirements.txt && python -m pytest")
+REGENERATE = "python -m minihead.reproduce --readme"
+
+
+def readme_block(text):
+    """What the README holds between its findings markers (markers excluded, outer newlines stripped)."""
+    from minihead.reproduce import README_MARKERS
+    begin, end = README_MARKERS
+    assert text.count(begin) == 1 and text.count(end) == 1, f"README.md needs one {begin} and one {end}"
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def shipped_studies():
+    """The shipped studies the README's table is rendered from, as documents."""
+    from minihead.reproduce import README_STUDIES, STUDIES
+    return {name: json.loads((pathlib.Path(STUDIES) / f"{name}.json").read_text()) for name, _ in README_STUDIES}
+
+
+def test_readme_findings_table_is_rendered_from_the_shipped_studies():
+    """The findings table between the README's markers is exactly minihead.reproduce.readme_findings() of the
+    shipped studies (chapters/studies/full.json and quick.json): no number in it is typed by hand, and a new study
+    that is shipped without re-rendering the README fails here."""
+    from minihead.reproduce import readme_findings
+    have = readme_block((ROOT / "README.md").read_text())
+    want = readme_findings()
+    diff = "\n".join(difflib.unified_diff(have.splitlines(), want.splitlines(), "README.md", "rendered", lineterm=""))
+    assert have == want, f"README.md's findings table differs from the shipped studies'; run `{REGENERATE}`\n{diff}"
+
+
+def test_readme_findings_table_has_every_finding_beside_the_papers_number():
+    """The rendered table has one row per finding of minihead.findings.FINDINGS, in that order, whose paper cell is
+    the report's paper number (minihead.reproduce.PAPER_SAYS, from minihead/paper.py), and for each shipped study
+    this project's numbers and 'k of n' seeds equal to the study's count; a finding that does not hold in every
+    seed of a study says why in the last cell."""
+    from minihead import findings
+    from minihead.reproduce import PAPER_SAYS, README_STUDIES, WHY_NOT, readme_findings
+    studies = shipped_studies()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in readme_findings(studies).splitlines() if line.startswith("| ") and not line.startswith("| finding |")]
+    assert [r[0] for r in rows] == list(findings.FINDINGS.values())
+    for (name, what), cells in zip(findings.FINDINGS.items(), rows):
+        assert cells[1] == PAPER_SAYS[name] and cells[1], name
+        for i, (study, label) in enumerate(README_STUDIES):
+            f = studies[study]["summary"][name]
+            assert cells[2 + 2 * i] and cells[3 + 2 * i].strip("*").startswith(f"{f['held_in']} of {f['of']}"), (name, study)
+            if f["status"] != "all":
+                assert f"{label.split()[0]}: {WHY_NOT[(name, study)]}" in cells[-1], (name, study)
+
+
+def test_readme_findings_refuses_a_failure_without_a_reason():
+    """A study in which a finding does not hold in every seed, with no sentence for it in WHY_NOT, is refused
+    naming the finding and the study, so the README never shows a failure without its reason."""
+    from minihead.errors import MiniheadError
+    from minihead.reproduce import readme_findings
+    studies = shipped_studies()
+    studies["full"]["summary"]["syntactic"].update(held_in=2, status="some")
+    with pytest.raises(MiniheadError, match="syntactic in full"):
+        readme_findings(studies)
+
+
+def test_update_readme_rewrites_only_between_the_markers(tmp_path):
+    """update_readme replaces what lies between the markers by the rendered table, leaves the rest of the file
+    byte for byte, reports whether it changed anything, and refuses a file without the markers."""
+    from minihead.errors import MiniheadError
+    from minihead.reproduce import README_MARKERS, readme_findings, update_readme
+    begin, end = README_MARKERS
+    path = tmp_path / "README.md"
+    path.write_text(f"# title\n\n{begin}\n| stale | table |\n{end}\n\ntail\n")
+    assert update_readme(str(path)) is True
+    assert path.read_text() == f"# title\n\n{begin}\n{readme_findings()}\n{end}\n\ntail\n"
+    assert update_readme(str(path)) is False
+    path.write_text("# no markers\n")
+    with pytest.raises(MiniheadError, match="findings"):
+        update_readme(str(path))
+
+
+def test_readme_keeps_its_two_commands_and_links_every_doc():
+    """The README gives the two set-up commands .ci/run and the tests rely on, word for word, and the command that
+    opens the chapters; it links every page of docs/ (the formula map's home included)."""
+    text = (ROOT / "README.md").read_text()
+    for command in README_COMMANDS:
+        assert command in text, command
+    assert "jupyter lab chapters/" in text
+    docs = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert FORMULAS.relative_to(ROOT).as_posix() in docs
+    unlinked = [d for d in docs if f"]({d})" not in text]
+    assert not unlinked, f"README.md does not link {unlinked}"
