@@ -181,7 +181,7 @@ def load_trace(path):
     command that remakes it when missing, unreadable, or when its provenance (the preset's settings with its
     overrides, the data's content hash) differs from today's."""
     from .data.corpus import REPO_ROOT
-    remake = "remake it with `python -m minihead emergence --trace N --json PATH` (the command is in the README)"
+    remake = "remake it with `python -m minihead emergence --trace N --json PATH` (docs/studies.md gives the command of each shipped trace)"
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
