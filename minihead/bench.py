@@ -13,6 +13,11 @@ the median over rounds of a ratio measured within a round, with its min-max spre
 - the peak resident memory of a process that only runs the training steps (a child process, so the
   other contenders do not count).
 ``--profile`` prints the functions of the training step that take the most time (cProfile) instead.
+
+``--backend cupy`` runs the same on a GPU: the step with the fused kernels (:mod:`minihead.kernels`) beside
+the same step without them, against PyTorch CUDA eager on the identical architecture and batches; every pass
+ends with a device synchronisation, so a round times finished work. ``--config paper`` is the paper's
+Transformer-base size (6 + 6 layers, 8 heads of 64, d_model 512, d_ff 2048), for the benchmark only.
 """
 import argparse
 import cProfile
@@ -26,12 +31,30 @@ import subprocess
 import sys
 import time
 
-from . import backend, model, shards
+from . import backend, kernels, model, shards
 from .data.vocab import make_batch
 from .optim import Adam, clip_grad_norm
 
 OURS = "minihead"
 SHARDED = "minihead, shards"
+UNFUSED = "minihead, unfused"
+# benchmark-only configuration: the paper's model size (Vaswani et al.'s Transformer-base, Voita et al. sec. 2)
+BENCH_CONFIGS = {"paper": dict(n_enc_layers=6, n_dec_layers=6, n_heads=8, d_model=512, d_ff=2048, dropout=0.1)}
+
+
+def bench_config(config, vocab_size):
+    """The model Config of a training preset (:data:`minihead.train.PRESETS`) or of :data:`BENCH_CONFIGS`."""
+    from .train import preset
+    if config in BENCH_CONFIGS:
+        return model.Config(vocab_size=vocab_size, **BENCH_CONFIGS[config])
+    return preset(config, vocab_size)[0]
+
+
+def synchronize():
+    """Wait for the device's queued work, on every stream (cudaDeviceSynchronize; a no-op on the host), so a
+    timed pass ends when its work does."""
+    if backend.name == "cupy":
+        backend.xp.cuda.Device().synchronize()
 
 
 def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
@@ -46,24 +69,41 @@ def synthetic_batches(vocab_size, n_batches=4, B=96, S=14, T=15, seed=0):
 
 
 # --------------------------------------------------------------------------- contenders
-def numpy_step_fn(cfg, params, n_shards=1):
+def numpy_step_fn(cfg, params, n_shards=1, fused=True):
     """One training step of the package: forward, hand-written backward, clipping, Adam; with
     ``n_shards`` > 1 the forward and backward run as that many row shards in parallel processes (the
-    workers stop when the step function is garbage-collected, or at ``step.workers.close()``)."""
-    opt = Adam(params)
+    workers stop when the step function is garbage-collected, or at ``step.workers.close()``).
+    ``fused=False``: the GPU's fused kernels off for this step (:data:`minihead.kernels.FUSED`), so the
+    NumPy expressions run on the device instead."""
+    with _fused(fused):
+        opt = Adam(params)
     gen = backend.rng(0)
     workers = shards.workers_for(params, cfg, n_shards)
 
     def step(b):
-        if n_shards > 1:
-            loss, grads, _ = shards.loss_and_grads(params, cfg, b, n_shards, rng=gen, workers=workers)
-        else:
-            loss, grads, _ = model.loss_and_grads(params, cfg, b, rng=gen)
-        clip_grad_norm(grads, 1.0)
-        opt.step(params, grads, 1e-4)
-        return float(loss)                           # float() syncs a GPU
+        with _fused(fused):
+            if n_shards > 1:
+                loss, grads, _ = shards.loss_and_grads(params, cfg, b, n_shards, rng=gen, workers=workers)
+            else:
+                loss, grads, _ = model.loss_and_grads(params, cfg, b, rng=gen)
+            clip_grad_norm(grads, 1.0)               # returns a float: one host read a step, as in training
+            opt.step(params, grads, 1e-4)
+        return loss
     step.workers = workers
     return step
+
+
+class _fused:
+    """Set :data:`minihead.kernels.FUSED` for a while."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.old, kernels.FUSED = kernels.FUSED, self.on
+
+    def __exit__(self, *exc):
+        kernels.FUSED = self.old
 
 
 def autograd_step_fn(cfg, params):
@@ -81,12 +121,13 @@ def autograd_step_fn(cfg, params):
     return step
 
 
-def torch_step_fn(cfg):
-    """PyTorch CPU eager on the identical architecture (pre-norm, tied embeddings, same sizes)."""
+def torch_step_fn(cfg, device="cpu"):
+    """PyTorch eager on the identical architecture (pre-norm, tied embeddings, same sizes), on the CPU or,
+    with ``device="cuda"``, on the GPU (the batches handed over without a copy, through DLPack)."""
     import math
     import torch
     import torch.nn.functional as F
-    if blas_threads():
+    if blas_threads() and device == "cpu":
         torch.set_num_threads(blas_threads())        # the same thread count as NumPy's BLAS
     torch.manual_seed(0)
     d, H, V = cfg.d_model, cfg.n_heads, cfg.vocab_size
@@ -139,7 +180,7 @@ def torch_step_fn(cfg):
 
         def embed(self, ids):
             T = ids.shape[1]
-            pos = torch.arange(T)[:, None] * torch.exp(-math.log(1e4) * torch.arange(0, d, 2) / d)
+            pos = torch.arange(T)[:, None] * torch.exp(-math.log(1e4) * torch.arange(0, d, 2) / d)  # (T, d/2)
             pe = torch.stack([torch.sin(pos), torch.cos(pos)], -1).reshape(T, d)
             return F.dropout(self.emb(ids) * math.sqrt(d) + pe, cfg.dropout, self.training)
 
@@ -156,21 +197,30 @@ def torch_step_fn(cfg):
                 y = layer(y, tb, enc, sb)
             return self.dec_ln(y) @ self.emb.weight.T
 
-    net = Net()
+    with torch.device(device):                       # tensors made inside forward land there too
+        net = Net()
     opt = torch.optim.Adam(net.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    h = backend.to_host
+
+    def tensor(a):
+        if device == "cpu":
+            return torch.from_numpy(backend.to_host(a))
+        try:
+            return torch.from_dlpack(a)              # the device array itself, no copy
+        except (RuntimeError, TypeError, BufferError):
+            return torch.as_tensor(a, device=device)  # through __cuda_array_interface__
 
     def step(b):
-        src, tgt_in, tgt_out = (torch.from_numpy(h(a)) for a in (b.src, b.tgt_in, b.tgt_out))
-        sm, tm = torch.from_numpy(h(b.src_mask)), torch.from_numpy(h(b.tgt_mask))
-        logits = net(src, sm, tgt_in, tm)
-        loss = F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), reduction="none",
-                               label_smoothing=cfg.label_smoothing)
-        loss = (loss * tm.reshape(-1)).sum() / tm.sum()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
+        src, tgt_in, tgt_out = (tensor(a) for a in (b.src, b.tgt_in, b.tgt_out))
+        sm, tm = tensor(b.src_mask), tensor(b.tgt_mask)
+        with torch.device(device):
+            logits = net(src, sm, tgt_in, tm)
+            loss = F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), reduction="none",
+                                   label_smoothing=cfg.label_smoothing)
+            loss = (loss * tm.reshape(-1)).sum() / tm.sum()
+            opt.zero_grad()
+            loss.backward()
+            float(torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0))   # the norm read on the host, as ours
+            opt.step()
     return step, torch.get_num_threads()
 
 
@@ -304,8 +354,7 @@ def peak_rss_mib(pid="self"):
 
 def _steps_only(config, vocab_size, n_steps, n_shards=1):
     """The child process of :func:`peak_memory_mib`: build, run ``n_steps`` training steps, print the peak."""
-    from .train import preset
-    cfg, _ = preset(config, vocab_size)
+    cfg = bench_config(config, vocab_size)
     batches = synthetic_batches(vocab_size)
     step = numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards)
     for i in range(n_steps):
@@ -340,8 +389,10 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         with_relevance=True, with_memory=True, n_shards=2, log=print):
     """Run the benchmark and return its numbers (a dict); ``log`` prints the report as it goes.
     ``n_shards`` > 1 adds the sharded step (:mod:`minihead.shards`) as a contender of its own."""
-    from .train import preset
-    cfg, _ = preset(config, vocab_size)
+    cfg = bench_config(config, vocab_size)
+    gpu = backend.name == "cupy"
+    if gpu:
+        n_shards, with_memory = 1, False             # shards are host processes; host memory says nothing here
     batches = synthetic_batches(vocab_size)
     n_tok = sum(b.n_tokens for b in batches)
     flops = sum(step_flops(cfg, b) for b in batches)
@@ -352,9 +403,16 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         f"{threads if threads else 'default (' + str(os.cpu_count()) + ' cores)'}; {rounds} interleaved rounds")
 
     def over_batches(step):
-        return lambda: [step(b) for b in batches]
+        def one_pass():
+            for b in batches:
+                step(b)
+            synchronize()
+        return one_pass
     contenders = {OURS: over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))}
     ours = [OURS]
+    if gpu:
+        contenders[UNFUSED] = over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0), fused=False))
+        ours.append(UNFUSED)
     sharded = None
     if n_shards > 1:
         sharded = numpy_step_fn(cfg, model.init_params(cfg, 0), n_shards)
@@ -365,13 +423,13 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     torch_threads = None
     if with_torch:
         try:
-            step, torch_threads = torch_step_fn(cfg)
-            contenders["PyTorch"] = over_batches(step)
+            step, torch_threads = torch_step_fn(cfg, "cuda" if gpu else "cpu")
+            contenders["PyTorch"] = over_batches(step)   # synchronize() waits for every stream, PyTorch's too
         except ImportError:
             log("torch not installed: PyTorch comparison skipped (pip install torch==2.13.0)")
     gemm, gemm_flops = gemm_fn(cfg, batches[0])
     gemm_flops *= len(batches)
-    contenders["GEMM"] = lambda: [gemm() for _ in batches]
+    contenders["GEMM"] = lambda: [gemm() for _ in batches]   # gemm() reads a number back: synchronised
     for fn in contenders.values():                   # warm-up: allocator, BLAS and torch threads
         fn()
     times = interleaved(contenders, rounds, log)
@@ -380,9 +438,11 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
 
     result = {"config": config, "rounds": rounds, "target_tokens_per_pass": n_tok, "blas_threads": threads,
               "shards": n_shards if n_shards > 1 else None, "throughput": {}, "ratio": {}, "gflops": {}}
-    label = {OURS: "minihead, hand-written backward", SHARDED: f"minihead, {n_shards} shards in processes",
+    label = {OURS: "minihead, hand-written backward" + (", fused kernels" if gpu else ""),
+             SHARDED: f"minihead, {n_shards} shards in processes", UNFUSED: "minihead, NumPy expressions on CuPy",
              "autograd": "same forward, autograd backward",
-             "PyTorch": f"PyTorch {_torch_version()} CPU eager ({torch_threads} threads)"}
+             "PyTorch": f"PyTorch {_torch_version()} CUDA eager" if gpu else
+             f"PyTorch {_torch_version()} CPU eager ({torch_threads} threads)"}
     log("\ntraining step throughput (target tokens / s; median over rounds, min-max in brackets; "
         "'x / this': x's speed over this contender's, a ratio taken within each round):")
     for name in [n for n in contenders if n != "GEMM"]:
@@ -393,8 +453,8 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         for mine in (ours[:ours.index(name)] if name in ours else ours):    # each variant before this one
             ratios = [t_other / t_mine for t_mine, t_other in zip(times[mine], times[name])]  # same round
             med, lo, hi = spread(ratios)
-            result["ratio"][name if mine == OURS else f"{name} [{SHARDED}]"] = {"median": med, "min": lo, "max": hi}
-            short = "minihead" if mine == OURS else f"{n_shards} shards"
+            result["ratio"][name if mine == OURS else f"{name} [{mine}]"] = {"median": med, "min": lo, "max": hi}
+            short = "minihead" if mine == OURS else ("unfused" if mine == UNFUSED else f"{n_shards} shards")
             line += f"   {short} / this = {med:.2f}x [{lo:.2f}-{hi:.2f}]"
         log(line)
     rate = [gemm_flops / t / 1e9 for t in times["GEMM"]]
@@ -403,10 +463,14 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     log(f"\nmatrix products of a step: {flops / len(batches) / 1e9:.1f} GFLOP per batch "
         f"({100 * gemm_flops / flops:.1f}% in the linear layers)")
     log(f"  float32 GEMM at the model's linear shapes: {spread(rate)[0]:6.1f} GFLOP/s [{min(rate):.1f}-{max(rate):.1f}]")
+    if gpu and with_torch:
+        result["gflops"]["peak_tflops"] = peak_tflops()
+        log("  the GPU's dense matrix rate (8192^3 products, PyTorch): " +
+            ", ".join(f"{k} {v:.0f} TFLOP/s" for k, v in result["gflops"]["peak_tflops"].items()))
     for mine in ours:
         achieved = [flops / t / 1e9 for t in times[mine]]
         share = [a / g for a, g in zip(achieved, rate)]
-        key = "" if mine == OURS else "sharded_"
+        key = {OURS: "", SHARDED: "sharded_", UNFUSED: "unfused_"}[mine]
         result["gflops"][key + "achieved"], result["gflops"][key + "share"] = spread(achieved), spread(share)
         log(f"  achieved by the {label[mine]} step: {spread(achieved)[0]:6.1f} GFLOP/s "
             f"[{min(achieved):.1f}-{max(achieved):.1f}], {100 * spread(share)[0]:.0f}% of the GEMM rate (same round) "
@@ -425,6 +489,30 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     return result
 
 
+def peak_tflops(n=8192, repeats=10):
+    """The GPU's dense matrix rate in TFLOP/s, bf16 and float32 (TF32 off), on n x n x n products by PyTorch:
+    the ceiling the step's own products are held to."""
+    import torch
+    out = {}
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for name, dtype in (("bf16", torch.bfloat16), ("float32", torch.float32)):
+            a = torch.randn(n, n, device="cuda", dtype=dtype)
+            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            for _ in range(3):
+                a @ b
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                a @ b
+            torch.cuda.synchronize()
+            out[name] = 2 * n ** 3 * repeats / (time.perf_counter() - t0) / 1e12
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return out
+
+
 def _torch_version():
     try:
         import torch
@@ -436,17 +524,18 @@ def _torch_version():
 def profile(config="default", vocab_size=1200, steps=8, top=25, cpu_time=False, log=print):
     """cProfile of ``steps`` training steps (after a warm-up pass): the ``top`` functions by own time.
     ``cpu_time``: time with the process CPU clock, so other programs on a shared machine count less."""
-    from .train import preset
-    cfg, _ = preset(config, vocab_size)
+    cfg = bench_config(config, vocab_size)
     batches = synthetic_batches(vocab_size)
     step = numpy_step_fn(cfg, model.init_params(cfg, 0))
     for b in batches:
         step(b)
+    synchronize()
     prof = cProfile.Profile(time.process_time) if cpu_time else cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
     for i in range(steps):
         step(batches[i % len(batches)])
+    synchronize()
     prof.disable()
     wall = time.perf_counter() - t0
     n_tok = sum(batches[i % len(batches)].n_tokens for i in range(steps))
@@ -461,7 +550,9 @@ def profile(config="default", vocab_size=1200, steps=8, top=25, cpu_time=False, 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m minihead.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="default")
+    p.add_argument("--config", default="default",
+                   help=f"a training preset or one of the benchmark's own: {', '.join(BENCH_CONFIGS)}")
+    p.add_argument("--backend", choices=backend.BACKENDS, help="array backend (default: MINIHEAD_BACKEND or numpy)")
     p.add_argument("--vocab", type=int, default=1200)
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (the medians are over these)")
     p.add_argument("--no-torch", action="store_true")
@@ -474,6 +565,8 @@ def main(argv=None):
     p.add_argument("--profile", action="store_true", help="profile the training step instead (cProfile)")
     p.add_argument("--cpu-time", action="store_true", help="with --profile: time by the process CPU clock")
     a = p.parse_args(argv)
+    if a.backend:
+        backend.use(a.backend)
     if a.rounds < 1:
         p.error(f"--rounds must be at least 1, got {a.rounds}")
     if a.shards < 1:

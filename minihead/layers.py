@@ -11,9 +11,10 @@ gradient), which it then overwrites with the same operations in the same order. 
 products (one BLAS call, threaded) instead of ufunc reductions. Shapes: B batch, T (Tq, Tk) time, d model
 width, H heads, dh = d / H, V vocabulary.
 """
+import functools
 import math
 
-from . import backend
+from . import backend, kernels
 from .backend import xp
 
 NEG_INF = -1e9  # additive mask value; exp() of it is exactly 0 in float32 and float64
@@ -36,7 +37,7 @@ def _row_max(x):
     (~85 ns a row: 0.46 ms for the (96, 4, 14, 14) attention scores), so rows of up to 32 take a running
     maximum column by column instead (0.04 ms; exact, as max does not depend on the order)."""
     k = x.shape[-1]
-    if k > 32 or not _owned(x):
+    if k > 32 or not _owned(x) or backend.name != "numpy":   # on a GPU, one reduction kernel, not k launches
         return x.max(-1, keepdims=True)
     m = x[..., 0:1].copy()                                   # (..., 1)
     for j in range(1, k):
@@ -91,7 +92,13 @@ def embedding_backward(dy, cache):
 
 
 def sinusoidal_positions(T, d, dtype="float32"):
-    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(...) (Vaswani et al. 2017, sec. 3.5)."""
+    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(...) (Vaswani et al. 2017, sec. 3.5).
+    Made once per (T, d, dtype) and array module (a constant: callers never write into it)."""
+    return _positions(T, d, str(dtype), xp.module.__name__)
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(T, d, dtype, module_name):
     pos = xp.arange(T, dtype="float64")[:, None]             # (T, 1)
     inv = xp.exp(-math.log(10000.0) * xp.arange(0, d, 2, dtype="float64") / d)  # (d/2,)
     ang = pos * inv                                          # (T, d/2)
@@ -102,6 +109,8 @@ def sinusoidal_positions(T, d, dtype="float32"):
 # --------------------------------------------------------------------------- layer norm
 def layernorm_forward(x, g, b, eps=1e-6):
     """y = g * (x - mean) / sqrt(var + eps) + b over the last axis (Ba et al. 2016)."""
+    if kernels.active():
+        return kernels.layernorm_forward(x, g, b, eps)     # the same, one kernel on a GPU
     inv_d = 1.0 / x.shape[-1]
     mu = _row_sum(x) * inv_d                                 # (..., 1)
     xc = x - mu                                              # (..., d)
@@ -121,6 +130,8 @@ def layernorm_backward(dy, cache, inplace=False):
 
     Computed as dx = rstd dxhat - xhat (rstd mean(dxhat xhat)) - rstd mean(dxhat), in place.
     ``inplace=True``: ``dy`` is the caller's own fresh array and becomes dx (dg and db are taken first)."""
+    if kernels.active():
+        return kernels.layernorm_backward(dy, cache, inplace and _owned(dy))
     xc, xhat, rstd, g = cache
     d = xhat.shape[-1]
     dy2 = dy.reshape(-1, d)                                  # (N, d)
@@ -159,6 +170,8 @@ def dropout_mask(shape, p, rng, dtype):
     when u >= round(p 2^16); so the drop rate is p16 = round(p 2^16) / 2^16 (0.0999908 for p = 0.1) and the
     scale 1 / (1 - p16) keeps E[m / (1 - p16)] = 1 exactly. Host draw: same seed, same mask on any backend
     (little-endian hosts); the generator state advances by ceil(n / 4) draws, so checkpoints resume exactly."""
+    if kernels.active():
+        return kernels.dropout_mask(shape, p, rng, dtype, DROP_BITS)  # the same mask, drawn on the GPU
     n = math.prod(shape)
     thr = round(p * 2 ** DROP_BITS)
     u = rng.bit_generator.random_raw((n + 3) // 4).view("uint16")[:n].reshape(shape)  # host, uniform 0..65535
@@ -203,6 +216,8 @@ def softmax_forward(s, bias=None, inplace=False):
 
     ``inplace=True``: the caller hands over ``s`` (nothing else holds it), which then becomes p (the same
     operations in the same order, without the two temporaries)."""
+    if kernels.active():
+        return kernels.softmax_forward(s, bias, inplace and _owned(s))
     if inplace and _owned(s):
         if bias is not None:
             s += bias                                        # (..., K) s + bias
@@ -224,6 +239,8 @@ def softmax_forward(s, bias=None, inplace=False):
 
 def softmax_backward(dp, p):
     """ds = p * (dp - sum_k dp_k p_k)."""
+    if kernels.active():
+        return kernels.softmax_backward(dp, p)
     t = dp - _row_dot(dp, p)                                 # (..., K)
     t *= p
     return t
@@ -247,6 +264,8 @@ def xent_forward(logits, targets, mask, smoothing=0.0, inplace=False, n_norm=Non
     -mean_v log p_nv = lse_n - mean_v z_nv, so log p itself is never built; the cache keeps exp z.
     ``inplace=True``: the caller hands over ``logits`` (nothing else holds it), which then becomes exp z
     (the same operations, without a second (N, V) array: the output layer's are the largest of a step)."""
+    if kernels.active():
+        return kernels.xent_forward(logits, targets, mask, smoothing, inplace and _owned(logits), n_norm)
     N, V = logits.shape
     if inplace and _owned(logits):
         z = logits
@@ -271,6 +290,8 @@ def xent_backward(cache, inplace=False):
     """dlogits_n = m_n (softmax(logits_n) - q_n) / sum m, softmax = exp z / sum exp z.
 
     ``inplace=True``: the cache's exp z (read by nothing else) becomes dlogits, so the cache is spent."""
+    if kernels.active():
+        return kernels.xent_backward(cache, inplace)
     e, se, targets, w, n_real, smoothing = cache
     N, V = e.shape
     wn = w / n_real                                          # (N,)
