@@ -112,11 +112,7 @@ def set_rng_state(gen, flat):
 
 def scatter_add(target, index, values):
     """``target[index] += values`` with repeated indices accumulated (embedding gradients)."""
-    if name == "cupy":  # pragma: no cover - GPU only
-        import cupyx
-        cupyx.scatter_add(target, index, values)
-    else:
-        _np.add.at(target, index, values)
+    (xp.module if name == "cupy" else _np).add.at(target, index, values)   # CuPy's is atomic adds on the GPU
     return target
 
 

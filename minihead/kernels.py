@@ -247,8 +247,8 @@ def layernorm_backward(dy, cache, inplace=False):
     d = xhat.shape[-1]
     dy = _contiguous(dy)
     dy2 = dy.reshape(-1, d)                                  # (N, d)
-    dg = xp.einsum("nd,nd->d", dy2, xhat.reshape(-1, d))     # (d,)
-    db = xp.ones(dy2.shape[0], dtype=dy.dtype) @ dy2         # (d,)
+    dg = (dy2 * xhat.reshape(-1, d)).sum(0)                  # (d,) sum dy xhat (einsum costs ~0.4 ms of Python)
+    db = dy2.sum(0)                                          # (d,)
     dx = dy if inplace else xp.empty_like(dy)
     rows = dy.size // d
     _launch_rows(_fn("rows", "layernorm_rows_backward", dy.dtype), rows, dy, xhat, rstd, _contiguous(g), dx,

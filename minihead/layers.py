@@ -28,7 +28,10 @@ def _owned(a):
 
 
 def _row_sum(x):
-    """sum over the last axis, keepdims: x (..., k) -> (..., 1), as one matrix-vector product."""
+    """sum over the last axis, keepdims: x (..., k) -> (..., 1), as one matrix-vector product (on a GPU one
+    reduction kernel: no vector of ones to make and fill first)."""
+    if backend.name == "cupy":
+        return x.sum(-1, keepdims=True)
     return (x @ xp.ones(x.shape[-1], dtype=x.dtype))[..., None]
 
 
@@ -47,11 +50,15 @@ def _row_max(x):
 
 def _row_dot(a, b):
     """sum over the last axis of a * b, keepdims, without the (..., k) temporary: (..., k) -> (..., 1)."""
+    if backend.name == "cupy":                               # CuPy's einsum costs ~0.4 ms of Python a call
+        return (a * b).sum(-1, keepdims=True)
     return xp.einsum("...k,...k->...", a, b)[..., None]
 
 
 def _col_sum(x2):
-    """sum over the rows: x2 (N, k) -> (k,), as one vector-matrix product."""
+    """sum over the rows: x2 (N, k) -> (k,), as one vector-matrix product (one reduction kernel on a GPU)."""
+    if backend.name == "cupy":
+        return x2.sum(0)
     return xp.ones(x2.shape[0], dtype=x2.dtype) @ x2
 
 

@@ -171,7 +171,7 @@ def _problem(seed=0):
 
 def _on_device(params, batch, gates):
     dev = backend.to_device
-    return ({k: dev(v) for k, v in params.items()},
+    return ({k: dev(v.copy()) for k, v in params.items()},          # a copy: on NumPy to_device is the array itself
             SimpleNamespace(**{k: (dev(v) if isinstance(v, np.ndarray) else v) for k, v in batch.items()}),
             {k: dev(v) for k, v in gates.items()})
 
@@ -187,7 +187,9 @@ def _numpy_reference(fn):
 @pytest.mark.parametrize("fused", [True, False])
 def test_loss_and_every_gradient_match_numpy_in_float64(on_gpu, fused):
     """loss = label-smoothed cross-entropy, dL/dtheta for every parameter and dL/dg for the gates on every
-    attention type: CuPy (fused and unfused) = NumPy to 1e-12 of each array's scale, in float64."""
+    attention type: CuPy (fused and unfused) = NumPy to 1e-12 of each array's scale, in float64. A gradient that
+    is zero in exact arithmetic (dL/db^K: softmax is blind to a shift shared by every key) is roundoff on both
+    sides, so 1e-15 of the model's largest gradient is allowed beside the relative 1e-12."""
     cfg, params, batch, gates = _problem()
 
     def run():
@@ -198,12 +200,10 @@ def test_loss_and_every_gradient_match_numpy_in_float64(on_gpu, fused):
     kernels.FUSED = fused
     got = run()
     assert abs(got[0] - ref[0]) <= 1e-12 * abs(ref[0])
-    for k in ref[1]:
-        scale = np.abs(ref[1][k]).max() + 1e-30
-        assert np.abs(got[1][k] - ref[1][k]).max() <= 1e-12 * scale, k
-    for k in ref[2]:
-        scale = np.abs(ref[2][k]).max() + 1e-30
-        assert np.abs(got[2][k] - ref[2][k]).max() <= 1e-12 * scale, k
+    for grads, grads0 in ((got[1], ref[1]), (got[2], ref[2])):
+        largest = max(np.abs(v).max() for v in grads0.values())
+        for k in grads0:
+            assert np.abs(grads[k] - grads0[k]).max() <= 1e-12 * np.abs(grads0[k]).max() + 1e-15 * largest, k
 
 
 def test_lrp_head_relevance_matches_numpy_in_float64(on_gpu):
@@ -234,7 +234,8 @@ def test_greedy_output_matches_numpy(on_gpu):
 
 def test_training_steps_with_dropout_match_numpy_in_float64(on_gpu):
     """Three training steps with dropout 0.1, clipping and Adam (flat on the GPU): the parameters after them
-    equal NumPy's to 1e-10 of each array's scale, and the dropout generator ends in the same state."""
+    equal NumPy's to 1e-10 of each array's scale (the key biases aside: their gradient is zero in exact
+    arithmetic), and the dropout generator ends in the same state."""
     cfg, params, batch, gates = _problem(3)
     cfg.dropout = 0.1
 
@@ -250,5 +251,6 @@ def test_training_steps_with_dropout_match_numpy_in_float64(on_gpu):
     got = run()
     assert got[1] == ref[1]
     for k in ref[0]:
-        scale = np.abs(ref[0][k]).max() + 1e-30
-        assert np.abs(got[0][k] - ref[0][k]).max() <= 1e-10 * scale, k
+        if k.endswith(".bk"):   # dL/db^K is roundoff on both sides, and Adam's normalised step turns roundoff
+            continue            # into steps of up to lr; it moves no output (the gradient test compares it)
+        assert np.abs(got[0][k] - ref[0][k]).max() <= 1e-10 * np.abs(ref[0][k]).max(), k
