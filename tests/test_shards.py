@@ -11,6 +11,7 @@ be deterministic (same seed, same bits) with or without the worker processes, wh
 outside it.
 """
 import dataclasses
+import re
 import glob
 import os
 
@@ -139,3 +140,230 @@ def test_a_dead_worker_is_a_clear_error():
         with pytest.raises(TrainingError, match=r"shard worker process \d+ exited"):
             shards.loss_and_grads(params, cfg, _batch(6), 2, workers=workers)
     assert all(type(v) is np.ndarray and v.base is None for v in params.values())
+
+
+# --------------------------------------------------------------------------- failure paths: nothing hangs or leaks
+def _exit_at_start(*args):
+    """A worker that dies before it has mapped anything (as one killed by the OOM killer would)."""
+    os._exit(3)
+
+
+def _hang_at_start(*args):
+    """A worker that never says ready."""
+    import time
+    time.sleep(60)
+
+
+def _shm_files():
+    return set(glob.glob(os.path.join("/dev/shm", "minihead-shard-*")))
+
+
+def _gone(pid):
+    """True once process ``pid`` has ended (a zombie not yet reaped by its new parent counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _pid_of(exc):
+    import re
+    return int(re.search(r"shard worker process (\d+)", str(exc)).group(1))
+
+
+def _no_worker_left(before_files):
+    import multiprocessing
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("minihead-shard")]
+    assert _shm_files() <= before_files, "no file left in /dev/shm"
+
+
+def test_a_worker_dying_at_start_up_is_a_clear_error_not_a_hang(tmp_path, monkeypatch):
+    """A worker process that dies before it is ready (exit status 3 here) makes Workers raise, at once, a
+    one-line TrainingError naming the shard, the worker's pid and exit code, the run folder and the resume
+    command (its last.npz exists); params get ordinary arrays back, no worker process and no /dev/shm file is
+    left. Through train(): the same error, and the run folder's run.lock is released."""
+    import time
+
+    from minihead.train import Corpus, TrainConfig, train
+    monkeypatch.setattr(shards, "_worker", _exit_at_start)
+    cfg = _cfg("float64")
+    params = model.init_params(cfg, seed=2)
+    files = _shm_files()
+    (tmp_path / "last.npz").write_bytes(b"")
+    t0 = time.monotonic()
+    with pytest.raises(TrainingError) as info:
+        shards.Workers(params, cfg, 3, run_dir=str(tmp_path))
+    msg = str(info.value)
+    assert time.monotonic() - t0 < 20
+    assert "\n" not in msg
+    assert re.fullmatch(rf"shard 2 of 3: shard worker process \d+ exited during start-up \(exit code 3\); the run "
+                        rf"in {re.escape(str(tmp_path))} continues from its last save with: python -m minihead "
+                        rf"train \.\.\. --resume", msg), msg
+    assert _gone(_pid_of(info.value))
+    assert all(type(v) is np.ndarray and v.base is None for v in params.values())
+    _no_worker_left(files)
+
+    pairs = [(["a", "b", "c"], ["C", "B", "A"]), (["b", "c"], ["C", "B"])] * 4
+    c = Corpus.build(pairs, pairs[:2])
+    out = tmp_path / "run"
+    tcfg = TrainConfig(max_steps=2, eval_every=2, max_tokens=200, shards=2)
+    mcfg = model.Config(vocab_size=len(c.vocab), n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=8, d_ff=12)
+    with pytest.raises(TrainingError, match=r"^shard 2 of 2: shard worker process \d+ exited during start-up "
+                                            r"\(exit code 3\)"):
+        train(c, mcfg, tcfg, str(out), progress=False)
+    assert not (out / "run.lock").exists()
+    _no_worker_left(files)
+
+
+def test_a_worker_that_never_gets_ready_times_out(monkeypatch):
+    """A worker process that does not say ready within start_timeout seconds is a one-line TrainingError
+    naming the shard, the pid and the timeout (no run folder given: none named); the worker is stopped."""
+    import time
+    monkeypatch.setattr(shards, "_worker", _hang_at_start)
+    cfg = _cfg("float64")
+    files = _shm_files()
+    t0 = time.monotonic()
+    with pytest.raises(TrainingError, match=r"^shard 2 of 2: shard worker process \d+ did not start within "
+                                            r"1.5 s$") as info:
+        shards.Workers(model.init_params(cfg, seed=2), cfg, 2, start_timeout=1.5)
+    assert time.monotonic() - t0 < 8
+    assert _gone(_pid_of(info.value))
+    _no_worker_left(files)
+
+
+def test_a_full_dev_shm_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
+    """Too little free space in /dev/shm for the parameter buffer and the gradient buffers is a one-line
+    SharedMemoryError (a MiniheadError) naming the folder, the bytes needed and free, and saying to use
+    shards=1 or free space; it comes before any buffer is made or worker started (params untouched). A
+    reservation refused by the file system (ENOSPC from posix_fallocate) is the same error, not a SIGBUS."""
+    import errno
+
+    from minihead.errors import MiniheadError
+    cfg = _cfg("float64")
+    params = model.init_params(cfg, seed=2)
+    before = dict(params)
+    files = _shm_files()
+    monkeypatch.setattr(shards, "_free_bytes", lambda folder: 1000)
+
+    def no_allocation(*a):
+        raise AssertionError("a buffer was allocated")
+    monkeypatch.setattr(shards, "_shared_file", no_allocation)
+    with pytest.raises(shards.SharedMemoryError) as info:
+        shards.Workers(params, cfg, 3, run_dir=str(tmp_path))
+    assert isinstance(info.value, MiniheadError)
+    size = shards._need(shards._layout(params)[1], 3)
+    assert re.fullmatch(rf"/dev/shm has 1,000 bytes free but the sharded step \(shards=3\) needs {size:,} for "
+                        rf"its shared buffers \(the parameters and 2 gradient buffer\(s\)\); use shards=1 or free "
+                        rf"space in /dev/shm", str(info.value))
+    assert all(params[k] is before[k] for k in params)
+    monkeypatch.undo()
+
+    def enospc(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", enospc)
+    with pytest.raises(shards.SharedMemoryError, match=r"^/dev/shm has [\d,]+ bytes free but the sharded step "
+                                                       r"\(shards=2\) needs [\d,]+ .*use shards=1 or free space"):
+        shards.Workers(params, cfg, 2)
+    assert all(params[k] is before[k] for k in params)
+    _no_worker_left(files)
+
+
+def test_a_worker_killed_by_sigbus_names_dev_shm_and_the_run(tmp_path):
+    """A worker killed by SIGBUS (what touching a page of a full /dev/shm does) is reported as /dev/shm having
+    run out of space, not as "exit code -7"; a worker dying with no save in the run folder yet says that
+    nothing of the run was saved and to run the same command again."""
+    import signal
+    cfg = _cfg("float64")
+    params = model.init_params(cfg, seed=2)
+    with shards.Workers(params, cfg, 2, run_dir=str(tmp_path)) as workers:
+        os.kill(workers.procs[0].pid, signal.SIGBUS)
+        workers.procs[0].join()
+        with pytest.raises(shards.SharedMemoryError) as info:
+            shards.loss_and_grads(params, cfg, _batch(6), 2, workers=workers)
+    msg = str(info.value)
+    assert "\n" not in msg and "-7" not in msg
+    assert re.fullmatch(rf"shard 2 of 2: shard worker process \d+ was killed by SIGBUS during a training step: "
+                        rf"/dev/shm ran out of space \([\d,]+ bytes free\); use shards=1 or free space in /dev/shm; "
+                        rf"nothing of the run in {re.escape(str(tmp_path))} was saved yet: run the same command "
+                        rf"again", msg), msg
+
+
+def test_workers_start_with_ctrl_c_blocked():
+    """Each worker process starts with SIGINT blocked (inherited from the start-up, so Ctrl-C cannot raise
+    KeyboardInterrupt in a worker still importing NumPy; the parent handles it) and ignored once running; the
+    parent's own SIGINT handler and signal mask are as they were."""
+    import signal
+    cfg = _cfg("float64")
+    handler, mask = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with shards.Workers(model.init_params(cfg, seed=2), cfg, 3) as workers:
+        for p in workers.procs:
+            with open(f"/proc/{p.pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f)
+            bit = 1 << (signal.SIGINT - 1)
+            assert int(status["SigBlk"], 16) & bit and int(status["SigIgn"], 16) & bit, p.pid
+    assert signal.getsignal(signal.SIGINT) is handler and signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
+
+
+_PARENT = """
+import sys, time
+from minihead import model, shards
+cfg = model.Config(vocab_size=40, n_enc_layers=2, n_dec_layers=2, n_heads=2, d_model=8, d_ff=12, dtype="float64")
+params = model.init_params(cfg, seed=2)
+print("starting", flush=True)
+try:
+    with shards.Workers(params, cfg, 3):
+        print("ready", flush=True)
+        time.sleep(30)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig, when", [("SIGKILL", "starting"), ("SIGTERM", "starting"), ("SIGINT", "starting"),
+                                       ("SIGKILL", "ready")])
+def test_a_parent_killed_or_interrupted_leaves_nothing_behind(sig, when):
+    """A process whose two workers are starting (or idle, once ready) is killed (SIGKILL, SIGTERM) or gets
+    Ctrl-C (SIGINT to its whole process group, workers included): it ends with the signal's status (130 for
+    Ctrl-C, which it catches), its workers notice and end too, quietly (no traceback, no BrokenPipeError or
+    KeyboardInterrupt on stderr), and no /dev/shm/minihead-shard-* file is left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    files = _shm_files()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-c", _PARENT], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": root})
+    try:
+        assert proc.stdout.readline() == "starting\n"
+        if when == "ready":
+            assert proc.stdout.readline() == "ready\n"
+        else:
+            time.sleep(0.15)                                  # the workers are still importing NumPy
+        if sig == "SIGINT":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, getattr(signal, sig))
+        out, err = proc.communicate(timeout=20)             # stderr closes once the workers have ended too
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (130 if sig == "SIGINT" else -getattr(signal, sig))
+    assert err == "", err
+    assert _shm_files() <= files
+    deadline = time.monotonic() + 5
+    group = [p for p in os.listdir("/proc") if p.isdigit() and _pgid(p) == proc.pid]
+    while group and time.monotonic() < deadline:
+        time.sleep(0.05)
+        group = [p for p in group if not _gone(int(p))]
+    assert not group, "no process of the run is left"
+
+
+def _pgid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[2])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
