@@ -436,7 +436,7 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     if sharded is not None and sharded.workers is not None:
         sharded.workers.close()
 
-    result = {"config": config, "rounds": rounds, "target_tokens_per_pass": n_tok, "blas_threads": threads,
+    result = {"config": config, "backend": backend.name, "rounds": rounds, "target_tokens_per_pass": n_tok, "blas_threads": threads,
               "shards": n_shards if n_shards > 1 else None, "throughput": {}, "ratio": {}, "gflops": {}}
     label = {OURS: "minihead, hand-written backward" + (", fused kernels" if gpu else ""),
              SHARDED: f"minihead, {n_shards} shards in processes", UNFUSED: "minihead, NumPy expressions on CuPy",
@@ -513,6 +513,50 @@ def peak_tflops(n=8192, repeats=10):
     return out
 
 
+def gpu_table(doc):
+    """Markdown table of a shipped GPU benchmark record (``docs/bench/h200.json``): per run and configuration,
+    target tokens / s of minihead with and without the fused kernels and of PyTorch CUDA eager, and the ratios
+    minihead / PyTorch and fused / unfused (medians over interleaved rounds, min-max in brackets) and the share of
+    the float32 GEMM rate at the model's shapes the fused step reaches; then the range of each configuration's
+    medians over the runs and the timed ``reproduce --quick``."""
+    def r(x):
+        return f"{x['median']:.2f}x [{x['min']:.2f}-{x['max']:.2f}]"
+    lines = ["| run | configuration | rounds | minihead, fused (tok/s) | unfused (tok/s) | PyTorch CUDA eager (tok/s) "
+             "| minihead / PyTorch | fused / unfused | share of the GEMM rate |", "|---|---|---|---|---|---|---|---|---|"]
+    for run in doc["runs"]:
+        res = run["result"]
+        t = res["throughput"]
+        lines.append(f"| {run['run']} | {res['config']} | {res['rounds']} | {t[OURS]['median']:,.0f} "
+                     f"| {t[UNFUSED]['median']:,.0f} | {t['PyTorch']['median']:,.0f} | {r(res['ratio']['PyTorch'])} "
+                     f"| {r(res['ratio'][UNFUSED])} | {100 * res['gflops']['share'][0]:.0f}% |")
+    lines.append("")
+    for config in dict.fromkeys(run["result"]["config"] for run in doc["runs"]):
+        med = [run["result"]["ratio"]["PyTorch"]["median"] for run in doc["runs"] if run["result"]["config"] == config]
+        lines.append(f"- {config}: minihead / PyTorch CUDA eager, median of each run: {min(med):.2f}x to "
+                     f"{max(med):.2f}x over {len(med)} runs, at least 1.0x in {sum(m >= 1.0 for m in med)} of them.")
+    rq = doc.get("reproduce_quick")
+    if rq:
+        lines.append(f"- `{rq['command']}`: {rq['seconds_gpu']:.0f} s on the GPU; the same command on the 2-core CPU "
+                     f"machine: {rq['seconds_cpu']:.0f} s ({rq['cpu_reference']}).")
+    return "\n".join(lines)
+
+
+def write_gpu_doc(root=None):
+    """Rewrite the table between docs/gpu.md's gpu-bench markers from docs/bench/h200.json; returns the path."""
+    import re
+    root = root or _package_root()
+    path = os.path.join(root, "docs", "gpu.md")
+    with open(os.path.join(root, "docs", "bench", "h200.json"), encoding="utf-8") as f:
+        table = gpu_table(json.load(f))
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"<!-- gpu-bench:begin -->\n.*\n<!-- gpu-bench:end -->",
+                  lambda m: f"<!-- gpu-bench:begin -->\n{table}\n<!-- gpu-bench:end -->", text, flags=re.S)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 def _torch_version():
     try:
         import torch
@@ -564,13 +608,30 @@ def main(argv=None):
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--profile", action="store_true", help="profile the training step instead (cProfile)")
     p.add_argument("--cpu-time", action="store_true", help="with --profile: time by the process CPU clock")
+    p.add_argument("--gpu-doc", action="store_true",
+                   help="rewrite docs/gpu.md's table from docs/bench/h200.json (the shipped GPU record) and stop")
     a = p.parse_args(argv)
-    if a.backend:
-        backend.use(a.backend)
+    if a.gpu_doc:
+        print(write_gpu_doc())
+        return
+    from .train import PRESETS
+    if a.config not in PRESETS and a.config not in BENCH_CONFIGS:
+        p.error(f"--config {a.config!r}: choose one of {', '.join([*PRESETS, *BENCH_CONFIGS])}")
+    if a.vocab < 5:
+        p.error(f"--vocab {a.vocab}: give at least 5 (four special tokens and a word)")
     if a.rounds < 1:
-        p.error(f"--rounds must be at least 1, got {a.rounds}")
+        p.error(f"--rounds {a.rounds}: give at least 1")
     if a.shards < 1:
-        p.error(f"--shards must be at least 1, got {a.shards}")
+        p.error(f"--shards {a.shards}: give at least 1")
+    if a.json:
+        folder = os.path.dirname(os.path.abspath(a.json))
+        if os.path.isdir(a.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"--json {a.json}: not a file that can be written (its folder must exist and be writable)")
+    if a.backend:
+        try:
+            backend.use(a.backend)
+        except backend.BackendError as exc:
+            p.error(str(exc))
     if a.profile:
         profile(a.config, a.vocab, cpu_time=a.cpu_time)
         return

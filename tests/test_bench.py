@@ -3,6 +3,7 @@ ratio, the profile and a one-round run (no PyTorch or autograd, so it stays quic
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from minihead import bench, model
 
@@ -57,3 +58,30 @@ def test_one_round_run_and_profile():
     out = []
     bench.profile("quick", vocab_size=60, steps=1, log=out.append)
     assert "linear_backward" in "\n".join(out)
+
+
+def test_gpu_doc_table_is_rendered_from_the_shipped_record():
+    """docs/gpu.md's benchmark table (between its gpu-bench markers) is exactly bench.gpu_table of
+    docs/bench/h200.json, so no GPU figure in the docs is typed by hand; regenerate it with
+    ``python -m minihead.bench --gpu-doc``."""
+    import json
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "gpu.md").read_text()
+    table = re.search(r"<!-- gpu-bench:begin -->\n(.*)\n<!-- gpu-bench:end -->", doc, re.S).group(1)
+    assert table == bench.gpu_table(json.loads((root / "docs" / "bench" / "h200.json").read_text())), \
+        "docs/gpu.md is stale: python -m minihead.bench --gpu-doc"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--config", "nope"], "--config 'nope'"), (["--vocab", "0"], "--vocab 0"), (["--rounds", "0"], "--rounds 0"),
+    (["--json", "/nonexistent-folder/x.json"], "--json"), (["--backend", "tpu"], "invalid choice"),
+])
+def test_bench_refuses_bad_arguments_before_any_work(argv, needle, capsys):
+    """A bad configuration, vocabulary size, round count, backend or --json path is one line on stderr and exit
+    status 2 before anything is timed (a bad --json path was found only after the whole benchmark)."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and "Traceback" not in err
