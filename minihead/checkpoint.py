@@ -94,7 +94,8 @@ def run_lock(folder):
             owner = _lock_owner(path)
             if owner is not None and owner != os.getpid() and pid_alive(owner):
                 raise RunLockedError(f"{folder}: another run (pid {owner}) is writing to this folder; wait for "
-                                     f"it to end or choose another folder (lock file {path})") from None
+                                     f"it to end or choose another folder (lock file {path}; if no minihead run "
+                                     f"is going, pid {owner} is another program's: delete the lock file)") from None
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)   # stale: its owner is dead
             continue
@@ -202,8 +203,13 @@ class Checkpoint:
         return backend.to_device(self.arrays[key])
 
 
-def load(path, expect_cfg=None):
-    """Load a checkpoint; a missing, corrupt or mismatched file raises CheckpointError naming it."""
+def load(path, expect_cfg=None, expect_vocab=None, expect_train=None):
+    """Load a checkpoint; a missing, corrupt or mismatched file raises CheckpointError naming it.
+
+    ``expect_cfg`` (a model Config), ``expect_vocab`` (a Vocab: the same words at the same ids, not only as many)
+    and ``expect_train`` (the training settings as ``TrainConfig.to_dict()`` gives them, compared with the ones
+    saved in the metadata) make a checkpoint of another model, another vocabulary or another training (a run
+    folder copied from another seed, say) an error rather than a model used in their place."""
     from .data.vocab import Vocab
     from .model import Config, init_params
     if not os.path.isfile(path):
@@ -232,6 +238,16 @@ def load(path, expect_cfg=None):
     vocab = Vocab.from_arrays(arrays["vocab.itos"], arrays["vocab.counts"])
     if len(vocab) != cfg.vocab_size:
         raise CheckpointError(f"{path}: vocabulary has {len(vocab)} tokens, config says {cfg.vocab_size}")
+    if expect_vocab is not None:
+        problem = vocab_difference(vocab, expect_vocab)
+        if problem:
+            raise CheckpointError(f"{path}: trained on another vocabulary than the data's: {problem}")
+    if expect_train is not None:
+        saved = meta.get("train") or {}
+        diff = [f"{k} {saved.get(k)!r} (saved) vs {expect_train.get(k)!r} (asked)"
+                for k in sorted(set(saved) | set(expect_train)) if saved.get(k) != expect_train.get(k)]
+        if diff:
+            raise CheckpointError(f"{path}: trained with other settings than asked: {', '.join(diff)}")
     shapes = {k: v.shape for k, v in init_params(cfg, 0).items()}
     params = {}
     for k, shape in shapes.items():
@@ -244,3 +260,16 @@ def load(path, expect_cfg=None):
         if not bool(xp.isfinite(params[k]).all()):
             raise CheckpointError(f"{path}: parameter {k!r} holds NaN or infinity (a diverged training?)")
     return Checkpoint(path, arrays, cfg, vocab, meta, params)
+
+
+def vocab_difference(saved, now):
+    """'' when the two vocabularies name the same words at the same ids, else one line saying how they differ
+    (sizes, how many ids name other words, the first such id)."""
+    if list(saved.itos) == list(now.itos):
+        return ""
+    if len(saved) != len(now):
+        return f"{len(saved)} tokens saved, {len(now)} in the data"
+    diff = [i for i, (a, b) in enumerate(zip(saved.itos, now.itos)) if a != b]
+    i = diff[0]
+    return (f"{len(diff)} of {len(now)} ids name other words (first: id {i} is {saved.itos[i]!r} saved, "
+            f"{now.itos[i]!r} in the data)")

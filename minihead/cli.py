@@ -15,6 +15,7 @@ import contextlib
 import math
 import os
 import shlex
+import shutil
 import sys
 import warnings
 
@@ -46,7 +47,13 @@ def _fail(message, code=2, prefix="error: "):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with its usage errors on one line (``error: python -m minihead train: argument ...``)."""
+    """argparse with its usage errors on one line (``error: python -m minihead train: argument ...``), and no
+    abbreviated options (``--res`` for ``--resume``): the commands printed back to the user (where to resume) are
+    the ones typed, so each option is spelled out."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         _fail(f"{self.prog}: {message}")
@@ -117,6 +124,26 @@ def check_output_folder(path, what):
         raise UsageError(f"{path}: cannot write {what}: {anc} is not writable")
 
 
+REPORT_ENTRIES = ("README.md", "results.json", "study.json", "relevance.png", "prune_encoder.png")
+
+
+def check_report_folder(path, what):
+    """``path`` must be a folder a report may be written into: writable or creatable (:func:`check_output_folder`)
+    and either empty, new, or an earlier report (its README.md beside results.json or study.json, nothing but
+    report files and seed-K folders in it). A folder holding other files (``--out .``, ``--out data_small``) is
+    refused, since writing the report would replace their README.md."""
+    check_output_folder(path, what)
+    if not os.path.isdir(path) or not os.listdir(path):
+        return
+    entries = os.listdir(path)
+    foreign = sorted(e for e in entries if e not in REPORT_ENTRIES and not e.startswith("seed-") and e != "README.md")
+    is_report = ("results.json" in entries or "study.json" in entries) and not foreign
+    if not is_report:
+        shown = ", ".join(foreign[:4]) + (" ..." if len(foreign) > 4 else "") if foreign else "no results.json"
+        raise UsageError(f"{path}: {what} holds files that are not a minihead report ({shown}); writing the report "
+                         f"there would replace its README.md: choose an empty or new folder")
+
+
 def check_output_file(path, what):
     """``path`` must name a file that can be written: not a folder, its folder writable or creatable."""
     if os.path.isdir(path):
@@ -124,6 +151,18 @@ def check_output_file(path, what):
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise UsageError(f"{path}: {what} is not writable")
     check_output_folder(os.path.dirname(os.path.abspath(path)), f"the folder of {what}")
+
+
+def check_figure_file(path, what):
+    """A writable file name whose extension is an image format matplotlib writes (found before the work, not by
+    ``savefig`` after it)."""
+    from matplotlib.backend_bases import FigureCanvasBase   # the formats of the installed matplotlib
+    check_output_file(path, what)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in formats:
+        raise UsageError(f"{path}: {what} needs an image file name ending in one of "
+                         f"{', '.join('.' + f for f in sorted(formats))}" + ("" if ext else " (it has no extension)"))
 
 
 def check_data(a, splits):
@@ -231,13 +270,24 @@ def cmd_train(a):
     n_train = preset(a.config, 100, **a.settings)[1].n_train
     corpus = Corpus.build(a.train_pairs, a.dev_pairs, n_train=n_train)
     cfg, tcfg = preset(a.config, len(corpus.vocab), **a.settings)
-    if a.overwrite:
-        for f in MODEL_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(a.out, f))
     print(f"training {a.config!r}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_heads} heads, "
           f"d_model {cfg.d_model}, {len(corpus.train_src)} pairs, vocabulary {len(corpus.vocab)} -> {a.out}")
-    res = train(corpus, cfg, tcfg, a.out, resume=a.resume, progress=not a.no_progress)
+    if not a.overwrite:
+        res = train(corpus, cfg, tcfg, a.out, resume=a.resume, progress=not a.no_progress)
+    else:   # the new model is trained beside the old one, which it replaces only once it has saved
+        new = os.path.join(os.path.abspath(a.out), f".overwrite-{os.getpid()}")
+        try:
+            res = train(corpus, cfg, tcfg, new, progress=not a.no_progress)
+            for f in MODEL_FILES:
+                if os.path.exists(os.path.join(new, f)):
+                    os.replace(os.path.join(new, f), os.path.join(a.out, f))
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(a.out, f))
+            res.best_path, res.last_path = (os.path.join(a.out, os.path.basename(p)) for p in (res.best_path,
+                                                                                             res.last_path))
+        finally:
+            shutil.rmtree(new, ignore_errors=True)
     print(f"best dev BLEU {res.best_bleu:.2f} ({len(res.history)} evaluations); checkpoint {res.best_path}")
     return res
 
@@ -277,6 +327,7 @@ def cmd_translate(a):
     hyps = translate(ck.params, ck.cfg, ck.vocab, src, beam=a.beam)
     text = "\n".join(" ".join(h) for h in hyps) + "\n"
     if a.output:
+        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)   # validated as creatable
         with open(a.output, "w", encoding="utf-8") as f:
             f.write(text)
         print(f"wrote {len(hyps)} translations to {a.output}")
@@ -345,6 +396,14 @@ def validate_roles(a):
 
 
 def validate_prune(a):
+    # the numbers first: found before the checkpoint and the data are read, not after
+    if a.settle is not None and not (math.isfinite(a.settle) and 0 < a.settle <= 1):
+        raise UsageError(f"--settle {a.settle}: give the share of settled gates to stop at, in (0, 1]")
+    for name, v in (("--lambda", a.lam), ("--lr-gates", a.lr_gates), ("--lr-params", a.lr_params)):
+        if not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"{name} {v}: give a finite number >= 0")
+    if a.steps < 1:
+        raise UsageError(f"--steps {a.steps}: give at least 1")
     check_input_file(a.checkpoint, "checkpoint")
     check_data(a, ("train", "dev", "test"))
     if a.out:
@@ -366,11 +425,21 @@ def validate_reproduce(a):
     for opt in ("train_src", "train_tgt", "conllu", "dev_src", "dev_tgt", "test_src", "test_tgt"):
         if getattr(a, opt):
             check_input_file(getattr(a, opt), "--" + opt.replace("_", "-"))
-    check_output_folder(a.out, "--out")
+    if a.conllu:   # found now, not after training: the roles are measured on these trees
+        from .data.conllu_io import read_conllu
+        if not read_conllu(a.conllu):
+            raise UsageError(f"{a.conllu}: --conllu holds no dependency trees")
+    if not a.out:
+        raise UsageError("--out '': give the folder the report is written to")
+    check_report_folder(a.out, "--out")
     check_output_folder(str(RUNS), "the runs folder")
     a.locks = [a.out]
-    if not any(real):
-        a.locks.append(os.path.join(str(RUNS), SCALES["quick" if a.quick else "full"]["study"]))
+    if not any(real):   # the run folders the models live in (one per seed), held for the whole command
+        from .reproduce import study_overrides
+        from .study import run_folder
+        s = SCALES["quick" if a.quick else "full"]
+        a.locks += [run_folder(s["study"], "data_small", RUNS, **study_overrides(s, k))
+                    for k in (a.seeds_list or [None])]
     for folder in a.locks:
         check_not_locked(folder)
 
@@ -399,15 +468,23 @@ def validate_emergence(a):
     if a.figure:
         if a.trace is None:
             raise UsageError("--figure plots a trace; give --trace N with it")
-        check_output_file(a.figure, "--figure")
+        check_figure_file(a.figure, "--figure")
     a.prune_lambdas = ()
     if a.prune:
         try:
             a.prune_lambdas = tuple(float(x) for x in a.prune.split(",") if x.strip())
         except ValueError:
             raise UsageError(f"--prune {a.prune!r}: give L0 weights separated by commas, e.g. 0.05,0.1") from None
-        if not a.prune_lambdas or any(x < 0 for x in a.prune_lambdas):
-            raise UsageError(f"--prune {a.prune!r}: give at least one L0 weight, none negative")
+        if not a.prune_lambdas or any(not math.isfinite(x) or x < 0 for x in a.prune_lambdas):
+            raise UsageError(f"--prune {a.prune!r}: give at least one L0 weight, none negative, NaN or infinite")
+    # one writer per run folder for the whole command: every seed's model folder, or trace folder
+    from . import study
+    from .emergence import trace_folder
+    overrides = a.settings
+    a.locks = [trace_folder(a.data, a.config, k, overrides, a.trace, a.runs, a.n_trees)[0] if a.trace is not None
+               else study.run_folder(a.config, a.data, a.runs, seed=k, **overrides) for k in a.seeds_list]
+    for folder in a.locks:
+        check_not_locked(folder)
 
 
 VALIDATE = {"train": validate_train, "translate": validate_translate, "evaluate": validate_evaluate,
@@ -428,6 +505,9 @@ def _interrupted(a):
     if cmd == "reproduce":
         return ("interrupted: finished stages are cached and trainings resume from their last.npz; "
                 "run the same command again to continue")
+    if cmd == "emergence":
+        return ("interrupted: the models trained and the measurements made so far are cached in their run folders "
+                "(a trace's rows too); run the same command again to continue")
     return "interrupted: nothing was saved"
 
 
@@ -485,10 +565,26 @@ def build_parser():
     return p
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _terminate_as_interrupt():
+    """SIGTERM (``kill``, a scheduler's stop) ends a command as Ctrl-C does: the run lock released, temporary
+    files removed, the one line saying where to resume. Only in the main thread, where Python runs handlers;
+    returns the handler it replaced (None elsewhere)."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        return signal.signal(signal.SIGTERM, _raise_interrupt)   # the handler before, restored at the end
+    return None
+
+
 def main(argv=None):
     """Parse, validate, lock, run. Returns the command's result; user errors exit 2 with one line."""
     argv = sys.argv[1:] if argv is None else list(argv)
     a = None
+    old_handler = _terminate_as_interrupt()
     try:
         a = build_parser().parse_args(argv)
         a.argv, a.locks = argv, []
@@ -509,3 +605,7 @@ def main(argv=None):
         _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else exc)
     except KeyboardInterrupt:
         _fail(_interrupted(a), 130, prefix="")
+    finally:
+        if old_handler is not None:
+            import signal
+            signal.signal(signal.SIGTERM, old_handler)

@@ -79,11 +79,21 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
              prune_n_test=300):
     """Train (or reuse) the model of one seed and measure it; returns a SeedResult. The model is the study model
     of :func:`minihead.study.load_study` (cached in its run folder, named by preset, settings, seed, BLAS threads
-    and data hash); the measurement is cached beside it, keyed by the trees it was made on."""
+    and data hash); the measurement is cached beside it, keyed by the trees it was made on and the model's
+    parameters. The run folder is held (:func:`minihead.checkpoint.run_lock`) for the whole of it."""
+    from . import checkpoint
+    with checkpoint.run_lock(study.run_folder(config, data, runs_dir, seed=seed, **overrides)):
+        return _run_seed(data, config, seed, overrides, runs_dir, n_trees, progress, prune_lambdas, prune_steps,
+                         prune_n_test)
+
+
+def _run_seed(data, config, seed, overrides, runs_dir, n_trees, progress, prune_lambdas, prune_steps, prune_n_test):
     from .cache import cached_json
+    from .prune import params_fingerprint
     s = study.load_study(config, data, runs=runs_dir, progress=progress, seed=seed, **overrides)
     trees = s.trees["dev"][:n_trees]
-    key = {"version": 2, "n_trees": n_trees, "trees": study.data_fingerprint(data, ("dev.conllu",))}
+    key = {"version": 2, "n_trees": n_trees, "trees": study.data_fingerprint(data, ("dev.conllu",)),
+           "model": params_fingerprint(s.params)}   # a model trained on (train --resume) is measured again
 
     def compute():
         pos, syn, rare = measure(s.params, s.cfg, s.vocab, trees, s.corpus.src_freq)
@@ -121,7 +131,16 @@ def trace_seed(data, config, seed, overrides, every, runs_dir, n_trees=None, pro
     model is the best-BLEU checkpoint of the run WITH early stopping, so it can stop sooner). It is trained in
     segments, ``train(stop_after=every)`` then a resume from last.npz, which is exact (tests/test_train.py): the
     traced parameters are those an uninterrupted run passes through. Rows are kept in trace.json beside the run
-    (written atomically after each segment), so an interrupted trace resumes where it stopped."""
+    (written atomically after each segment), so an interrupted trace resumes where it stopped. The trace holds
+    its run folder's lock from start to end, so a second trace of the same folder is refused at once, and each
+    segment's checkpoint must be at the step the segment ended on."""
+    from . import checkpoint
+    out, _ = trace_folder(data, config, seed, overrides, every, runs_dir, n_trees)
+    with checkpoint.run_lock(out):   # one writer for the whole trace, not only while a segment trains
+        return _trace_seed(data, config, seed, overrides, every, runs_dir, n_trees, progress)
+
+
+def _trace_seed(data, config, seed, overrides, every, runs_dir, n_trees, progress):
     from tqdm.auto import tqdm
     from . import checkpoint
     from .train import dev_bleu
@@ -148,6 +167,10 @@ def trace_seed(data, config, seed, overrides, every, runs_dir, n_trees=None, pro
                                 f"delete {out} to trace again")
         if at < target:
             params = train_model(corpus, cfg, tcfg, out, resume=at > 0, progress=False, stop_after=target - at).params
+            reached = checkpoint.load(last).meta["step"]
+            if reached != target:
+                raise MiniheadError(f"{last}: a segment meant to end at step {target} left the run at step {reached}; "
+                                    f"delete {out} to trace again")
             at = target
         else:   # saved at this step, interrupted before its row was written
             params = checkpoint.load(last).params
@@ -197,7 +220,29 @@ def load_trace(path):
     data = os.path.join(str(REPO_ROOT), doc["data"])
     study.check_provenance(path, doc.get("provenance", {}),
                            provenance(doc["study"], data, doc["n_trees"], doc["overrides"]), remake)
+    check_trace_rows(path, doc, remake)
     return doc
+
+
+def check_trace_rows(path, doc, remake):
+    """Each seed's rows must be a list of measurements at the trace's steps, every ``every`` steps and the run's
+    last, none skipped: a trace with a gap (or rows of the wrong shape) would plot a curve it did not measure."""
+    from .train import preset
+    traces, every = doc["traces"], doc.get("every")
+    if not isinstance(traces, dict) or not isinstance(every, int) or every < 1:
+        raise MiniheadError(f"{path}: its traces are not an object of seeds, or it names no step interval; {remake}")
+    max_steps = preset(doc["study"], 1, **doc["overrides"])[1].max_steps
+    want = sorted(set(range(every, max_steps + 1, every)) | {max_steps})
+    for seed, rows in traces.items():
+        ok = isinstance(rows, list) and all(isinstance(r, dict) and {"step", "dev_bleu", "positional", "syntactic",
+                                                                     "rare"} <= set(r) for r in rows)
+        if not ok:
+            raise MiniheadError(f"{path}: seed {seed}'s rows are not measurements (step, dev_bleu, positional, "
+                                f"syntactic, rare); {remake}")
+        steps = [r["step"] for r in rows]
+        if steps != want[:len(steps)] or not steps:
+            raise MiniheadError(f"{path}: seed {seed} is measured at steps {steps}, not every {every} steps from "
+                                f"{every} ({want[:4]}...); {remake}")
 
 
 def trace_table(traces):
@@ -336,6 +381,8 @@ def parse_seeds(text):
         raise MiniheadError(f"--seeds {text!r}: give whole numbers separated by commas, e.g. 1,2,3") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise MiniheadError(f"--seeds {text!r}: give at least one seed, each once")
+    if any(s < 0 for s in seeds):   # refused here, before the first seed trains, not when the bad one's turn comes
+        raise MiniheadError(f"--seeds {text!r}: seeds are whole numbers >= 0")
     return seeds
 
 
@@ -351,6 +398,7 @@ def cmd_emergence(a):
           f"{study.blas_threads()} BLAS thread(s)\n")
     print(summary(results))
     if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)   # validated as creatable
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump([r.__dict__ for r in results], f, indent=1)
     if a.study:
@@ -374,6 +422,7 @@ def cmd_trace(a):
         from .checkpoint import save_json
         save_json(a.json, doc)
     if a.figure:
+        os.makedirs(os.path.dirname(os.path.abspath(a.figure)), exist_ok=True)   # validated as creatable
         plot_trace([doc]).savefig(a.figure, dpi=120)
     return traces
 

@@ -467,6 +467,10 @@ def load_shipped_study(name="quick"):
         raise MiniheadError(f"{path}: does not parse as a study ({exc}); {remake}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
         raise MiniheadError(f"{path}: holds no study (an object with a 'summary'); {remake}")
+    fields = ("held_in", "of", "status", "numbers")
+    bad = [k for k, v in doc["summary"].items() if not (isinstance(v, dict) and all(f in v for f in fields))]
+    if bad:   # valid JSON of the wrong shape: named here, not a KeyError in a chapter
+        raise MiniheadError(f"{path}: the summary's {', '.join(bad)} lack {', '.join(fields)}; {remake}")
     have = doc.get("provenance", {})
     if name in SCALES:
         want = study_provenance(SCALES[name])

@@ -63,6 +63,17 @@ def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tg
     return h.hexdigest()[:8]
 
 
+def file_hash(path):
+    """SHA-1 of a file's bytes (hex): what a cache made from the file is keyed by, so an edit in place, even one
+    that keeps the size, is a new key."""
+    import hashlib
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def run_folder(name, data="data_small", runs=None, **overrides):
     """``runs/<name>[-<setting><value>...]-t<BLAS threads>-<hash>``, the hash over the preset's settings (with the
     overrides) and the data's bytes: everything that determines the model is in the name, so the test suite (one
@@ -92,6 +103,26 @@ def prepare(name="quick", data="data_small", **overrides):
     return splits, trees, corpus, cfg, tcfg
 
 
+def _done_record(done):
+    """The finished training's record (done.json): its history, curve and best BLEU; a file of another shape is
+    an error naming it (delete it: the training resumes from last.npz and ends at once), not a KeyError."""
+    logged = checkpoint.load_json(done)
+    if not (isinstance(logged, dict) and isinstance(logged.get("history"), list)):
+        raise checkpoint.CheckpointError(f"{done}: not a finished training's record (no history); delete it: the "
+                                         f"training then resumes from last.npz and ends at once")
+    return logged
+
+
+def _best_of(out):
+    """``out/best.npz``; when it is missing the run cannot be recovered (last.npz holds the last step, not the
+    best one), and the error says to delete the folder and train again."""
+    best = os.path.join(out, "best.npz")
+    if not os.path.exists(best):
+        raise checkpoint.CheckpointError(f"{best}: missing, so this run's model cannot be recovered (last.npz is "
+                                         f"its last step, not its best); delete {out} to train it again")
+    return best
+
+
 def load_study(name="quick", data="data_small", runs=None, progress=True, **overrides):
     """Train (first call) or load (later calls) the named preset on ``data``; ``overrides`` change the
     preset (and therefore the run folder's name, see :func:`run_folder`). ``done.json`` (the training's history, written atomically
@@ -105,8 +136,8 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
         resume = os.path.exists(os.path.join(out, "last.npz"))
         res = train_model(corpus, cfg, tcfg, out, resume=resume, progress=progress)
         checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
-    logged = checkpoint.load_json(done)
-    ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
+    logged = _done_record(done)
+    ck = checkpoint.load(_best_of(out), expect_cfg=cfg, expect_vocab=corpus.vocab, expect_train=tcfg.to_dict())
     return Study(tag, ck.params, ck.cfg, ck.vocab, corpus, splits, trees, logged["history"],
                  logged.get("curve", []), ck.path)
 
@@ -118,24 +149,31 @@ class RealStudy(Study):
     src_word_freq: dict = None  # training frequencies of source WORDS (for the rare-word analysis)
 
 
+def real_run_folder(files, name, n_merges, n_dev, runs=None, **overrides):
+    """``runs/real-<name>-<hash>``, the hash over the corpus files' CONTENTS (an edit in place that keeps the size
+    is another corpus), the preset's settings with the overrides, the merges, the held-out size and the BLAS
+    thread count."""
+    import hashlib
+    from .train import preset_settings
+    ident = json.dumps([file_hash(p) for p in files]
+                       + [name, n_merges, n_dev, sorted(overrides.items()), preset_settings(name, **overrides),
+                          blas_threads()], sort_keys=True)
+    return os.path.join(str(runs or RUNS), f"real-{name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}")
+
+
 def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=None, test_tgt=None,
                     name="quick", n_merges=None, n_dev=500, runs=None, progress=True, **overrides):
     """Train (first call) or load a preset on a real parallel corpus, segmented with a BPE model learned on
     it (Sennrich et al. 2016). Raw text is tokenized with :func:`minihead.data.bpe.tokenize` (case kept).
     Without dev files the last ``n_dev`` training pairs are held out; without test files dev is reused.
-    Cached under ``runs/real-<name>-<hash>/`` (hash of the files' paths and sizes, the preset's settings with the
-    overrides, the merges, the held-out size and the BLAS thread count)."""
-    import hashlib
+    Cached under ``runs/real-<name>-<hash>/`` (hash of the files' contents, the preset's settings with the
+    overrides, the merges, the held-out size and the BLAS thread count): an edited corpus is a new folder."""
     from .data import bpe as bpe_mod
     from .data.corpus import read_parallel
     from .data.vocab import frequencies
-    from .train import preset_settings
     n_merges = n_merges or (4000 if name == "quick" else 8000)
     files = [p for p in (train_src, train_tgt, dev_src, dev_tgt, test_src, test_tgt) if p]
-    ident = json.dumps([[os.path.abspath(p), os.path.getsize(p)] for p in files]
-                       + [name, n_merges, n_dev, sorted(overrides.items()), preset_settings(name, **overrides),
-                          blas_threads()], sort_keys=True)
-    out = os.path.join(str(runs or RUNS), f"real-{name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}")
+    out = real_run_folder(files, name, n_merges, n_dev, runs, **overrides)
     tok = bpe_mod.tokenize
     train = read_parallel(train_src, train_tgt, tokenize=tok)
     if dev_src:
@@ -163,8 +201,8 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
         res = train_model(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
                           progress=progress)
         checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
-    logged = checkpoint.load_json(done)
-    ck = checkpoint.load(os.path.join(out, "best.npz"), expect_cfg=cfg)
+    logged = _done_record(done)
+    ck = checkpoint.load(_best_of(out), expect_cfg=cfg, expect_vocab=corpus.vocab, expect_train=tcfg.to_dict())
     splits = {"train": ([s for s, _ in train_p], [t for _, t in train_p]),
               "dev": ([s for s, _ in dev_p], [t for _, t in dev_p]),
               "test": ([s for s, _ in test_p], [t for _, t in test_p])}

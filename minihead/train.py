@@ -150,6 +150,9 @@ def check_settings(cfg, tcfg):
     (``setting lr=nan: must be a finite number > 0``), or a d_model the heads do not divide."""
     for k, v in {**cfg.to_dict(), **asdict(tcfg)}.items():
         test, what = _RULES[k]
+        if not test(v) and k == "vocab_size":   # never set by the user: it is the training data's vocabulary
+            raise UsageError(f"the training data has {v - len(SPECIALS)} distinct words; a model needs at least one "
+                             f"(is the corpus empty?)")
         if not test(v):
             raise UsageError(f"setting {k}={v!r}: must be {what}")
     if cfg.d_model % cfg.n_heads:
@@ -219,12 +222,13 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
         return _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every)
 
 
-def _step_fn(params, cfg, tcfg, gates, stack):
+def _step_fn(params, cfg, tcfg, gates, stack, out_dir=None):
     """The loss-and-gradients function of a training step: the model's, or with ``shards`` > 1 the sharded
-    step with its worker processes (stopped when ``stack``, an ExitStack, closes)."""
+    step with its worker processes (stopped when ``stack``, an ExitStack, closes; a worker's death is an error
+    naming ``out_dir``, the run folder, and how to resume it)."""
     if tcfg.shards <= 1:
         return lambda b, gen: loss_and_grads(params, cfg, b, gates=gates, rng=gen)
-    workers = shards.workers_for(params, cfg, tcfg.shards)
+    workers = shards.workers_for(params, cfg, tcfg.shards, run_dir=out_dir)
     if workers is not None:
         stack.enter_context(workers)
     return lambda b, gen: shards.loss_and_grads(params, cfg, b, tcfg.shards, gates=gates, rng=gen, workers=workers)
@@ -233,9 +237,15 @@ def _step_fn(params, cfg, tcfg, gates, stack):
 RESUMABLE_CHANGES = ("max_steps",)   # the one setting a resume may change: train on for longer (or stop sooner)
 
 
-def check_resume(ck, cfg, tcfg):
+def check_resume(ck, cfg, tcfg, vocab=None):
     """Raise UsageError naming every model or training setting of ``cfg`` / ``tcfg`` that differs from the
-    run saved in checkpoint ``ck`` (only ``max_steps`` may change)."""
+    run saved in checkpoint ``ck`` (only ``max_steps`` may change), or, given ``vocab`` (the data's), a
+    vocabulary that differs from the saved one in any word, not only in size."""
+    if vocab is not None:
+        problem = checkpoint.vocab_difference(ck.vocab, vocab)
+        if problem:
+            raise UsageError(f"{ck.path}: cannot resume on other data: {problem}; resume on the data the run was "
+                             f"trained on or train into a new folder")
     saved = {**ck.cfg.to_dict(), **LATER_SETTINGS, **(ck.meta.get("train") or {})}
     diff = [f"{k} {saved[k]!r} (saved) vs {v!r} (now)" for k, v in {**cfg.to_dict(), **asdict(tcfg)}.items()
             if k not in RESUMABLE_CHANGES and k in saved and saved[k] != v]
@@ -259,7 +269,7 @@ def _train_loop(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, g
     gen = backend.rng(tcfg.seed)
     if resume:
         ck = checkpoint.load(last_path)
-        check_resume(ck, cfg, tcfg)
+        check_resume(ck, cfg, tcfg, vocab)
         params, m = ck.params, ck.meta
         opt = Adam(params)
         ck.restore_optimizer(opt)
@@ -272,7 +282,7 @@ def _train_loop(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, g
         opt = Adam(params)
         step, epoch, pos, history, best, bad = 0, 0, 0, [], -1.0, 0
         loss_acc, n_acc, curve = 0.0, 0, []
-    step_fn = _step_fn(params, cfg, tcfg, gates, stack)
+    step_fn = _step_fn(params, cfg, tcfg, gates, stack, out_dir)
     order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
     lr_factor = tcfg.lr * math.sqrt(cfg.d_model * tcfg.warmup)   # noam factor whose peak is tcfg.lr
     bar = tqdm(total=tcfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")

@@ -449,17 +449,18 @@ def test_ctrl_c_prints_where_to_resume(tmp_path):
 
 
 def test_two_reproduce_runs_cannot_share_a_study_folder(tmp_path, capsys, monkeypatch):
-    """reproduce holds runs/<study>/ and its report folder: a second run while the first lives is refused
-    before any work, naming the folder and the first run's pid."""
+    """reproduce holds the run folder its model lives in (runs/quick-t<threads>-<hash>) and its report folder: a
+    second run while the first lives is refused before any work, naming the folder and the first run's pid."""
     from minihead import study
     monkeypatch.setattr(study, "RUNS", tmp_path / "runs")
-    (tmp_path / "runs" / "quick").mkdir(parents=True)
+    folder = pathlib.Path(study.run_folder("quick", "data_small", tmp_path / "runs"))
+    folder.mkdir(parents=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (tmp_path / "runs" / "quick" / "run.lock").write_text(str(other.pid))
+        (folder / "run.lock").write_text(str(other.pid))
         before = tree(tmp_path)
         refused(capsys, ["reproduce", "--quick", "--out", tmp_path / "report", "--no-progress"],
-                f"{tmp_path / 'runs' / 'quick'}: another run (pid {other.pid}) is writing to this folder")
+                f"{folder}: another run (pid {other.pid}) is writing to this folder")
         assert tree(tmp_path) == before
     finally:
         other.kill()

@@ -9,7 +9,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def read_lines(path):
-    """Lines of a UTF-8 text file without line ends; invalid UTF-8 is reported with its line."""
+    """Lines of a UTF-8 text file without line ends (a leading byte-order mark dropped); invalid UTF-8 is
+    reported with its line."""
     try:
         data = pathlib.Path(path).read_bytes()
     except OSError as exc:
@@ -19,6 +20,8 @@ def read_lines(path):
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]   # a byte-order mark is not part of the first token
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line does not start another
