@@ -10,6 +10,9 @@ try:
 except MiniheadError as exc:   # the backend's import-time error: MINIHEAD_BACKEND names no usable backend
     print(f"error: {exc}", file=sys.stderr)
     raise SystemExit(2) from None
+except KeyboardInterrupt:      # Ctrl-C while NumPy and the package load: nothing has started, no traceback
+    print("interrupted before the command started: nothing was done", file=sys.stderr)
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":
     main()

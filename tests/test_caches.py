@@ -343,3 +343,28 @@ def test_cache_and_study_files_of_the_wrong_shape_are_refused_by_name(tmp_path, 
     monkeypatch.setattr(rep, "STUDIES", str(tmp_path / "studies"))
     with pytest.raises(MiniheadError, match=r"quick.json: the summary's positional lack held_in, of, status, numbers"):
         rep.load_shipped_study("quick")
+
+
+def test_ctrl_c_while_the_package_loads_is_one_line():
+    """Ctrl-C in the first moments of ``python -m minihead`` (while NumPy and the package import) is one line and
+    exit status 130, not a traceback from inside an import."""
+    import pathlib
+    import time
+    root = pathlib.Path(__file__).resolve().parents[1]
+    code = "\n".join([                      # Ctrl-C arrives while the package imports NumPy
+        "import builtins, os, runpy, signal, sys, time",
+        "sys.argv = ['minihead', '--help']",
+        "real = builtins.__import__",
+        "def interrupted_import(name, *a, **k):",
+        "    if name == 'numpy':",
+        "        os.kill(os.getpid(), signal.SIGINT)",
+        "        time.sleep(1)",
+        "    return real(name, *a, **k)",
+        "builtins.__import__ = interrupted_import",
+        "runpy.run_module('minihead', run_name='__main__')"])
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                       env=dict(os.environ, PYTHONPATH=str(root)))
+    assert time.time() - t0 < 60
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip() == "interrupted before the command started: nothing was done", r.stderr
