@@ -124,19 +124,20 @@ def check_output_folder(path, what):
         raise UsageError(f"{path}: cannot write {what}: {anc} is not writable")
 
 
-REPORT_ENTRIES = ("README.md", "results.json", "study.json", "relevance.png", "prune_encoder.png")
+REPORT_ENTRIES = ("README.md", "results.json", "study.json")   # with its .png figures and seed-K folders
 
 
 def check_report_folder(path, what):
     """``path`` must be a folder a report may be written into: writable or creatable (:func:`check_output_folder`)
     and either empty, new, or an earlier report (its README.md beside results.json or study.json, nothing but
-    report files and seed-K folders in it). A folder holding other files (``--out .``, ``--out data_small``) is
+    those, figures (.png) and seed-K folders in it). A folder holding other files (``--out .``, ``--out data_small``) is
     refused, since writing the report would replace their README.md."""
     check_output_folder(path, what)
     if not os.path.isdir(path) or not os.listdir(path):
         return
     entries = os.listdir(path)
-    foreign = sorted(e for e in entries if e not in REPORT_ENTRIES and not e.startswith("seed-") and e != "README.md")
+    foreign = sorted(e for e in entries if e not in REPORT_ENTRIES and not e.startswith("seed-")
+                     and not e.endswith(".png"))   # a report's figures, whatever a later version names them
     is_report = ("results.json" in entries or "study.json" in entries) and not foreign
     if not is_report:
         shown = ", ".join(foreign[:4]) + (" ..." if len(foreign) > 4 else "") if foreign else "no results.json"

@@ -292,57 +292,12 @@ def test_sigterm_releases_the_run_lock_and_says_where_to_resume(tmp_path):
     """SIGTERM to a training (a scheduler's stop, ``kill``) ends it as Ctrl-C does: exit status 130, one line naming
     last.npz and the resume command, the run lock released (it was left behind, stale, before)."""
     import signal
-    import time
-    from test_cli import ROOT, TINY as CLI_TINY, write_data
-    data = write_data(tmp_path / "data")
-    out = tmp_path / "run"
-    argv = ["train", "--data", str(data), "--out", str(out), *CLI_TINY, "max_steps=100000", "eval_every=1",
-            "patience=100000"]
-    p = subprocess.Popen([sys.executable, "-m", "minihead", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
-    try:
-        t0 = time.time()
-        while not (out / "last.npz").exists() and time.time() - t0 < 60 and p.poll() is None:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=60)
-    finally:
-        p.kill()
-    assert p.returncode == 130, err
+    from test_cli import signal_training
+    _, _, out, returncode, err = signal_training(tmp_path, signal.SIGTERM)
+    assert returncode == 130, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith(f"interrupted: {out / 'last.npz'} holds the run as last saved") and "--resume" in err
     assert not (out / checkpoint.LOCK_NAME).exists()
-
-
-def test_cache_and_study_files_of_the_wrong_shape_are_refused_by_name(tmp_path, monkeypatch):
-    """Valid JSON of the wrong shape is refused naming the file and what to do, not a raw KeyError: a done.json
-    without a history, a shipped study whose summary entries lack their fields; and a run whose best.npz is gone
-    says it cannot be recovered from last.npz and to delete the folder (deleting done.json did not help)."""
-    import json
-    import minihead.reproduce as rep
-    runs = str(tmp_path / "runs")
-    s = study.load_study("quick", "data_small", runs=runs, progress=False, **TINY)
-    folder = os.path.dirname(s.path)
-    done = os.path.join(folder, "done.json")
-    good = open(done).read()
-    with open(done, "w") as f:
-        json.dump({"curve": []}, f)
-    with pytest.raises(CheckpointError, match=r"done.json: not a finished training's record \(no history\); delete"):
-        study.load_study("quick", "data_small", runs=runs, progress=False, **TINY)
-    with open(done, "w") as f:
-        f.write(good)
-    os.remove(s.path)
-    os.remove(done)
-    with pytest.raises(CheckpointError, match=r"best.npz: missing, so this run's model cannot be recovered.*delete"):
-        study.load_study("quick", "data_small", runs=runs, progress=False, **TINY)
-    shipped = json.loads(open(os.path.join(rep.STUDIES, "quick.json")).read())
-    shipped["summary"]["positional"] = {"held_in": 3}
-    (tmp_path / "studies").mkdir()
-    (tmp_path / "studies" / "quick.json").write_text(json.dumps(shipped))
-    monkeypatch.setattr(rep, "STUDIES", str(tmp_path / "studies"))
-    with pytest.raises(MiniheadError, match=r"quick.json: the summary's positional lack held_in, of, status, numbers"):
-        rep.load_shipped_study("quick")
 
 
 def test_ctrl_c_while_the_package_loads_is_one_line():

@@ -417,10 +417,9 @@ def test_bad_backend_is_one_line_at_import(backend_name, needle, argv):
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(needle), r.stderr
 
 
-def test_ctrl_c_prints_where_to_resume(tmp_path):
-    """SIGINT during training: one line naming last.npz and the command that resumes it, exit status 130;
-    that command then continues the run."""
-    import signal
+def signal_training(tmp_path, signum):
+    """Start a long training as ``python -m minihead train`` and send it ``signum`` once it has saved last.npz;
+    returns (argv, data folder, run folder, exit status, stderr)."""
     import time
     data = write_data(tmp_path / "data")
     out = tmp_path / "run"
@@ -433,11 +432,19 @@ def test_ctrl_c_prints_where_to_resume(tmp_path):
         while not (out / "last.npz").exists() and time.time() - t0 < 60 and p.poll() is None:
             time.sleep(0.05)
         time.sleep(0.3)
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signum)
         _, err = p.communicate(timeout=60)
     finally:
         p.kill()
-    assert p.returncode == 130, err
+    return argv, data, out, p.returncode, err
+
+
+def test_ctrl_c_prints_where_to_resume(tmp_path):
+    """SIGINT during training: one line naming last.npz and the command that resumes it, exit status 130;
+    that command then continues the run."""
+    import signal
+    argv, data, out, returncode, err = signal_training(tmp_path, signal.SIGINT)
+    assert returncode == 130, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith(f"interrupted: {out / 'last.npz'} holds the run as last saved; continue with: "
                           f"python -m minihead train --data {data} --out {out}") and err.strip().endswith("--resume")
