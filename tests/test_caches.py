@@ -323,3 +323,13 @@ def test_ctrl_c_while_the_package_loads_is_one_line():
     assert time.time() - t0 < 60
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "interrupted before the command started: nothing was done", r.stderr
+
+
+def test_emergence_writes_json_and_figure_into_new_folders(tmp_path, capsys):
+    """emergence --trace with --json and --figure in folders that do not exist yet (validated as creatable) writes
+    both there, instead of failing after the whole trace."""
+    j, fig = tmp_path / "new" / "a" / "t.json", tmp_path / "new" / "b" / "t.png"
+    main(["emergence", "--seeds", "1", "--trace", "3", "--n-trees", "6", "--runs", str(tmp_path / "runs"),
+          "--json", str(j), "--figure", str(fig), "--set", *[f"{k}={v}" for k, v in TINY.items()]])
+    capsys.readouterr()
+    assert j.stat().st_size > 0 and fig.stat().st_size > 0
