@@ -46,3 +46,14 @@ chapters = sorted(p.name for p in pathlib.Path(".").glob("[0-9][0-9]_*.ipynb"))
 print("backend:", backend.name, "| quick mode:", QUICK)
 print("\n".join(chapters))
 assert chapters[0] == "00_index.ipynb" and len(chapters) >= 7, chapters
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/00_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/00_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **Read a study over seeds.** Open `chapters/studies/quick.json` and `full.json`; for every finding of `minihead.findings.FINDINGS` print in how many seeds it held, and check that its `status` (`all`, `some`, `none`), the word the chapters act on, agrees with that count.
+#    - *Hint:* `json.load` the file; the counts are under `summary[name]["held_in"]` and `["of"]`.
+#    - Solution: `solutions/00_solutions.py`, `exercise_1`.

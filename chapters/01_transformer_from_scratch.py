@@ -193,3 +193,23 @@ min_bleu = 8 if QUICK else 60
 assert s_beam["bleu"] > min_bleu, f"test BLEU {s_beam['bleu']:.1f} <= {min_bleu}"
 assert s_beam["bleu"] >= s_greedy["bleu"] - 1.0, (s_beam["bleu"], s_greedy["bleu"])
 print(f"all checks hold: test BLEU {s_beam['bleu']:.2f} (beam 4)")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/01_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/01_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **Softmax backward by hand.** Check `layers.softmax_backward` element by element against `gradcheck.numerical_grad` of $L = \sum \mathrm{softmax}(s + \text{bias}) \odot R$, with one padded key.
+#    - *Hint:* `numerical_grad(f, x)` perturbs `x` in place, so `f` must read `s` itself; the padded key's gradient must be exactly 0.
+#    - Solution: `solutions/01_solutions.py`, `exercise_1`.
+# 2. **Label smoothing's gradient.** Check `layers.xent_backward` against central differences for smoothing 0 and 0.1, with a padded position.
+#    - *Hint:* Each real row of the gradient is $(\mathrm{softmax} - q)/\sum m$, so it sums to 0; a padded row is 0.
+#    - Solution: `solutions/01_solutions.py`, `exercise_2`.
+# 3. **The decoder cannot see the future.** On the tiny model of section 3, change the last target token and show that `model.forward`'s logits at every earlier position do not move.
+#    - *Hint:* Compare `logits[:, :-1]` of the two runs; the causal mask is `layers.attention_bias(..., causal_T=T)`.
+#    - Solution: `solutions/01_solutions.py`, `exercise_3`.
+# 4. **Overfit one batch.** Train the tiny model of section 3 on one batch with `optim.Adam` and `model.loss_and_grads` until it predicts every target token under teacher forcing.
+#    - *Hint:* A learning rate of 0.01 and a few hundred steps are plenty; read the prediction as the argmax of the logits.
+#    - Solution: `solutions/01_solutions.py`, `exercise_4`.

@@ -588,3 +588,23 @@ assert alive["z-rule"] < 1e-9 and alive["official"] < 1e-9, alive      # conserv
 for R_ in (rel, rel_off):
     assert all(bool(xp.all(R_[k] >= 0)) and bool(xp.allclose(R_[k].sum(-1), 1.0)) for k in KINDS)
 print(f"\nevery check of the method holds ({scale} scale)")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/02_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/02_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **Where does the epsilon rule's relevance go?** Show that with $\epsilon = 0$, $\sum_i R_i = \sum_j R_j (z_j - b_j)/z_j$ for `lrp.linear_epsilon`, while `lrp.linear_z` conserves.
+#    - *Hint:* Compute $z = xW + b$ yourself and compare the two sums with `R.sum()`.
+#    - Solution: `solutions/02_solutions.py`, `exercise_1`.
+# 2. **Shares are shares.** On the tiny biased model of section 2.4, check that `importance.head_relevance` gives rows summing to 1 for magnitude shares (`normalise="abs"`), the official variant and the signed z-rule, and that only the signed ones leave $[0, 1]$.
+#    - *Hint:* Pass a one-batch list, `[tb]`; `head_confidence` of the same batch must lie in $(0, 1]$.
+#    - Solution: `solutions/02_solutions.py`, `exercise_2`.
+# 3. **Spearman's rho by hand.** Recompute `importance.rank_agreement` as the Pearson correlation of `average_ranks`, on scores with a tie; check $\rho = \pm 1$ for a monotone map and a reversal.
+#    - *Hint:* Tied scores share the mean of their ranks; `top_quarter_share` of equal scores is `uniform_top_quarter_share(H)`.
+#    - Solution: `solutions/02_solutions.py`, `exercise_3`.
+# 4. **Michel importance is a gate gradient.** Check `info["dgates"]` of `model.loss_and_grads(..., gates=ones)` against central differences of the loss in each gate, then `importance.michel_importance` against $|\partial L/\partial \xi|$ over each layer's L2 norm.
+#    - *Hint:* Use `numerical_grad` on the gate array itself, read by `model.loss_forward(..., gates=gates)`.
+#    - Solution: `solutions/02_solutions.py`, `exercise_4`.

@@ -490,3 +490,23 @@ print(f"\nclaims judged for the {scale} preset:", status)
 #
 #     python -m minihead roles runs/quick-t1-<data hash>/best.npz        # data_small dev trees, figures in its roles/
 #     python -m minihead roles MODEL.npz --conllu ../shared/realdata/ud_en_ewt/dev.conllu --bpe codes.txt --train-src train.tok.en
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/03_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/03_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **A next-word head, and confidence.** Build a +1 head (strong peak) and a weak +1 head (small peak) on the toy trees; both pass `positional_heads` on shares, only the strong one once `confidence` is given.
+#    - *Hint:* Use `peaked` with `targets = [min(i + 1, T - 1) ...]`; the paper's positional heads are also confident (`paper.POSITIONAL`).
+#    - Solution: `solutions/03_solutions.py`, `exercise_1`.
+# 2. **A verb->subject head.** Build a head whose verb rows peak on the verb's subject and show that `syntactic_heads` lists it for verb->subject and nothing else.
+#    - *Hint:* `Sentence.arcs("nsubj")` gives (dependent, head) pairs, 0-based; other rows can attend to themselves.
+#    - Solution: `solutions/03_solutions.py`, `exercise_2`.
+# 3. **Table 1's baseline on the shipped trees.** Compute `roles.offset_baseline` on `data_small/dev.conllu` and on `data_small/control/dev.conllu`; explain why noun->adjective can never be beaten and why the control's baseline is the same.
+#    - *Hint:* Read the trees with `minihead.data.conllu_io.read_conllu`; look at where the synthetic language puts its adjectives.
+#    - Solution: `solutions/03_solutions.py`, `exercise_3`.
+# 4. **A head that reads the gold trees.** On the first 200 dev trees, a head attending from every word to its governor: which (relation, direction) pairs make it syntactic?
+#    - *Hint:* It is perfect dependent->head and useless head->dependent; the margin over the baseline decides the rest.
+#    - Solution: `solutions/03_solutions.py`, `exercise_4`.

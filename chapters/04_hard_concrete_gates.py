@@ -422,3 +422,23 @@ assert bool(xp.all(g_slow[2:] > 0)) and bool(xp.all(la_slow[2:] < 0))
 assert bool(xp.all(g_free > 0)) and closed[0.0, 0.0][0] == 0
 assert all(closed[lr_w, 0.05] == (4 * len(seeds), len(seeds)) for lr_w in (0.0, 0.01, 0.1)), closed
 print("all findings hold")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/04_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/04_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **Re-derive the gate's expected L0.** For $\beta = 2/3$ and the stretch $(-0.2, 1.2)$, derive $P(g \ne 0)$ from the binary-concrete CDF, compare it with `penalty_forward` and a Monte Carlo estimate, and check `penalty_backward` with gradcheck.
+#    - *Hint:* $g = 0$ iff $s \le -\gamma/(\zeta - \gamma)$, and $P(s \le x) = \sigma(\beta\,\mathrm{logit}(x) - \log\alpha)$.
+#    - Solution: `solutions/04_solutions.py`, `exercise_1`.
+# 2. **The binary readout with an asymmetric stretch.** For $\gamma = -0.3$, $\zeta = 1.05$, check that $P(g=0) = P(g=1)$ at `binary_threshold()` and that `binary_gate` switches there.
+#    - *Hint:* `mass_at_0_and_1` gives both point masses; the threshold is 0 only for a symmetric stretch.
+#    - Solution: `solutions/04_solutions.py`, `exercise_2`.
+# 3. **The distribution sums to one.** Integrate `HardConcrete.density` over $(0, 1)$ and add the two point masses, for $\beta = 0.33$ and $2/3$.
+#    - *Hint:* Integrate in the pre-stretch variable $s$ (multiply the density by $\zeta - \gamma$): the integrand is smooth there.
+#    - Solution: `solutions/04_solutions.py`, `exercise_3`.
+# 4. **How large must lambda be?** Run `toy.prune_useless_heads` at $\lambda = 0$, the chapter's value and a very large one, and read which heads the binary gate keeps.
+#    - *Hint:* At $\lambda = 0$ nothing closes; at a very large $\lambda$ even the heads the target reads close.
+#    - Solution: `solutions/04_solutions.py`, `exercise_4`.

@@ -253,3 +253,23 @@ status = judge_against_study(SCALE, verdicts, names=CLAIMS, strict=QUICK)   # qu
 assert kept_by_lam[0] == n_heads and kept_by_lam[-1] < n_heads, kept_by_lam
 assert all((r["settled"] or r["steps_used"] == STEPS) and r["steps_used"] <= STEPS for r in runs), settled
 print(f"chapter done in {time.time() - T0:.0f} s")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/05_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/05_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **Two readouts, where they disagree.** On a grid of $\log\alpha$, find the gates where `prune.deterministic_gates`' binary and continuous readouts disagree, and explain the interval.
+#    - *Hint:* The binary gate keeps $\log\alpha \ge 0$, the continuous one $\log\alpha > \log(-\gamma/\zeta)$.
+#    - Solution: `solutions/05_solutions.py`, `exercise_1`.
+# 2. **The pruning objective's gradient.** With the noise `u` fixed, check the $\partial J/\partial\log\alpha$ of `prune.gated_loss_and_grads` against central differences of $J = \mathrm{CE} + \lambda L_C$ on the tiny float64 model of chapter 1, for the encoder alone and for all three types.
+#    - *Hint:* $J$ is `ce + lam * l0` of the same call; `numerical_grad` perturbs `log_alpha[k]` in place.
+#    - Solution: `solutions/05_solutions.py`, `exercise_2`.
+# 3. **A lambda sweep in miniature.** Prune an untrained tiny model (the test suite's tiny settings, `study.prepare("quick", "data_small", **TINY)`) with frozen weights at three values of $\lambda$ and count the encoder heads kept.
+#    - *Hint:* `prune.prune(..., lr_params=0.0, settle=None)`; the count cannot grow with $\lambda$.
+#    - Solution: `solutions/05_solutions.py`, `exercise_3`.
+# 4. **Figure 8's claim on one mask.** Give three heads of a 3 x 2 encoder a role, prune it two ways, and check `prune.specialised_share` by hand.
+#    - *Hint:* It returns (share with a role among the kept heads, share among all heads); the claim is first > second.
+#    - Solution: `solutions/05_solutions.py`, `exercise_4`.

@@ -206,3 +206,23 @@ status = judge_against_study(SCALE, verdicts, names=CLAIMS, strict=QUICK)   # qu
 assert all((r["settled"] or r["steps_used"] == STEPS) and r["steps_used"] <= STEPS for r in runs), \
     [(r["lam"], r["settled_share"], r["steps_used"]) for r in runs]
 print(f"chapter done in {time.time() - T0:.0f} s")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/06_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/06_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **Which type goes first, from the log.** Write two pruning logs by hand, one where the encoder loses half its heads first and one where decoder self-attention does, and check `prune.encoder_closes_first`.
+#    - *Hint:* A log entry is `{"step": ..., "open": {kind: heads open}}`; `half_closed_step` reads it.
+#    - Solution: `solutions/06_solutions.py`, `exercise_1`.
+# 2. **Where heads survive.** Make runs whose decoder self-attention survivors sit in layer 0 and decoder-encoder survivors in layer 1, and the mirror image; check `prune.survivor_layers` and `prune.type_order_holds`.
+#    - *Hint:* A run is `{"retained": {kind: (L, H) mask}, "n_retained": {kind: count}}`; the middle layer is $(L_{dec} - 1)/2$.
+#    - Solution: `solutions/06_solutions.py`, `exercise_2`.
+# 3. **Judging Table 2.** Feed `findings.pruned_beats_scratch` made-up BLEU for three configurations so that it holds, holds partly, and does not hold.
+#    - *Hint:* A configuration holds when pruned >= from scratch; read `held`, `partly` and `numbers()["bleu_gap"]`.
+#    - Solution: `solutions/06_solutions.py`, `exercise_3`.
+# 4. **Gates on every type of a tiny model.** Prune an untrained tiny model with `kinds=model.GATE_KINDS` at $\lambda = 0$ and at a large $\lambda$, and read the share kept per type with `prune.retained_shares`.
+#    - *Hint:* Freeze the weights (`lr_params=0.0`); the run's `history` counts the open heads of every type.
+#    - Solution: `solutions/06_solutions.py`, `exercise_4`.

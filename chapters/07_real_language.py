@@ -140,3 +140,20 @@ if HAVE_DATA:
     print("  best margin per relation (points):", ", ".join(f"{r} {d} {100 * m:+.1f}" for r, d, m in v_syn.best_margins))
 else:
     print("skipped: no real data")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each solution is a function of `chapters/solutions/07_solutions.py`, runnable from the repository root
+# (`python chapters/solutions/07_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
+# ends with asserts on its result.
+#
+# 1. **BPE round trip.** Learn a few merges with `BPE.learn` on a handful of captions, segment a sentence with unseen words, and check `unsegment` and `piece_to_word`.
+#    - *Hint:* Frequent words stay whole; unseen ones split into pieces ending in `@@`.
+#    - Solution: `solutions/07_solutions.py`, `exercise_1`.
+# 2. **Pieces to words.** Check `roles.aggregate_attention` against $F\,\mathrm{attn}\,A$ built by hand, for the first-piece and the mean readout.
+#    - *Hint:* $A$ is pieces x words (0/1), $F$ selects each word's first piece or averages its pieces; row totals are kept.
+#    - Solution: `solutions/07_solutions.py`, `exercise_2`.
+# 3. **Trees in and out.** Write two hand-made trees with `write_conllu`, read them back with `read_conllu`, and list their nsubj and obj arcs with `Sentence.arcs`.
+#    - *Hint:* Heads are 1-based in the file (0 = root); `arcs` gives 0-based (dependent, head) pairs.
+#    - Solution: `solutions/07_solutions.py`, `exercise_3`.
