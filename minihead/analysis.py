@@ -250,48 +250,51 @@ def format_rare(report, layers=None):
 
 def plot_scores(report, axes=None):
     """Four per-head heat maps: confidence, the larger positional share, the best syntactic
-    accuracy minus its baseline (points), the rarest-word share. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
+    accuracy minus its baseline (points), the rarest-word share, each on its fixed range of
+    :mod:`minihead.figures` (the same in every chapter). Returns the matplotlib Figure."""
+    from . import figures
+    w = 0.7 * report.n_heads + 2.0
     if axes is None:
-        w = 0.7 * report.n_heads + 1.8
-        _, axes = plt.subplots(1, 4, figsize=(4 * w, 0.5 * report.n_layers + 1.6))
-    roles.plot_head_scores(report.confidence, "confidence", ax=axes[0], vmin=0, vmax=1)
-    roles.plot_head_scores(xp.max(report.shares_possible, axis=-1), "positional share (max of -1, +1; offset exists)",
-                           ax=axes[1], vmin=0, vmax=1)
-    roles.plot_head_scores(100 * report.syntactic_margin(), "syntactic: best acc - baseline (pts)",
-                           ax=axes[2], fmt="{:.0f}", cmap="RdBu_r", vmin=-40, vmax=40)
+        _, axes = figures.new_figure(1, 4, figsize=(4 * w, 0.5 * report.n_layers + 2.0))
+        axes = axes[0]
+    wrap = lambda text: figures.wrap_title(text, 12 * w)     # noqa: E731  (a panel's width in characters)
+    roles.plot_head_scores(report.confidence, wrap("confidence"), ax=axes[0], quantity="confidence")
+    roles.plot_head_scores(xp.max(report.shares_possible, axis=-1),
+                           wrap("positional share (max of -1, +1; offset exists)"), ax=axes[1], quantity="share")
+    roles.plot_head_scores(100 * report.syntactic_margin(), wrap("syntactic: best acc - baseline (pts)"),
+                           ax=axes[2], fmt="{:.0f}", quantity="margin_points")
     if report.rare is not None:
-        roles.plot_head_scores(report.rare.rarest, f"rarest-word share (chance "
-                               f"{report.rare.chance_rarest:.2f})", ax=axes[3], vmin=0, vmax=1)
+        roles.plot_head_scores(report.rare.rarest, wrap(f"rarest-word share (chance "
+                               f"{report.rare.chance_rarest:.2f})"), ax=axes[3], quantity="share")
     else:
         axes[3].set_axis_off()
+    for ax in axes:
+        ax.title.set_fontsize(10)
     fig = axes[0].figure
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:      # a caller's own figure without a layout engine, as before
+        fig.tight_layout()
     return fig
 
 
 def plot_sentence(report, index=0, max_words=25):
     """Every head's attention map on sentence ``index`` (a grid layers x heads, roles in the
-    titles). Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
+    titles), on the fixed attention range 0..1. Returns the matplotlib Figure."""
+    from . import figures
     maps = backend.to_host(report.maps[index])                                    # (L, H, W, W)
     words = report.words[index][:max_words]
     n = len(words)
     L, H = report.n_layers, report.n_heads
-    cell = 0.16 * n + 1.0
-    fig, axes = plt.subplots(L, H, figsize=(H * cell, L * cell), squeeze=False)
+    cell = 0.16 * n + 1.2
+    fig, axes = figures.new_figure(L, H, figsize=(H * cell, L * cell + 0.3))
     for l in range(L):
         for h in range(H):
             ax = axes[l][h]
             roles.plot_attention(maps[l, h, :n, :n], words, ax=ax,
-                                 title=f"L{l} H{h}: {_roles_text(report, (l, h))}")
+                                 title=figures.wrap_title(f"L{l} H{h}: {_roles_text(report, (l, h))}", 14 * cell))
             ax.title.set_fontsize(8)
             ax.tick_params(labelsize=6)
             ax.set_xlabel("")
             ax.set_ylabel("")
-    fig.tight_layout()
     return fig
 
 

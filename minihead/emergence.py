@@ -273,11 +273,15 @@ def plot_trace(docs, labels=None, axes=None):
     :func:`trace_doc`, e.g. the language with needs and its control, drawn solid and dashed): the best +-1 head's
     share of argmaxes, its confidence (with the criteria's lines, 0.9 and 0.8) and the number of relations with a
     syntactic head; a dotted vertical line marks where the preset itself stops when the trace trains on past it.
-    Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
+    Returns the matplotlib Figure. Its own figure (``axes`` None) has constrained layout and one legend below the
+    panels (every line, the criteria and the preset's stop); on a caller's axes the legend is in the last panel."""
+    from matplotlib.lines import Line2D
+    from . import figures
     from .train import PRESETS
-    if axes is None:
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    own = axes is None
+    if own:
+        fig, axes = figures.new_figure(1, 3, figsize=(13, 4.2))
+        axes = axes[0]
     fig = axes[0].figure
     styles = ("-", "--", ":", "-.")
     for i, doc in enumerate(docs):
@@ -288,23 +292,37 @@ def plot_trace(docs, labels=None, axes=None):
             axes[0].plot(steps, [r["positional"]["share"] for r in rows], **kw)
             axes[1].plot(steps, [r["positional"]["confidence"] for r in rows], **kw)
             axes[2].plot(steps, [len(r["syntactic"]["relations_held"]) for r in rows], **kw)
+    handles = list(axes[0].get_lines())
+    stopped = False
     for doc in docs:    # where the preset itself stops, when the trace trains past it
         stop = PRESETS[doc["study"]][1]["max_steps"]
         if stop < max(r["step"] for rows in doc["traces"].values() for r in rows):
+            stopped = True
             for ax in axes:
                 ax.axvline(stop, color="grey", ls=":", lw=0.8)
     axes[0].axhline(findings.POSITIONAL_SHARE, color="k", lw=0.8)
     axes[1].axhline(findings.POSITIONAL_CONFIDENCE, color="k", lw=0.8)
+    handles.append(Line2D([], [], color="k", lw=0.8, label=f"criterion: share {findings.POSITIONAL_SHARE:g}, "
+                                                          f"confidence {findings.POSITIONAL_CONFIDENCE:g}"))
+    if stopped:
+        handles.append(Line2D([], [], color="grey", ls=":", lw=0.8, label="the preset stops here"))
     for ax, title in zip(axes, ("best +-1 head: share of argmaxes", "its confidence",
                                 "relations with a syntactic head (of 4)")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
-    axes[0].set_ylim(0, 1)
-    axes[1].set_ylim(0, 1)
+    axes[0].set_ylabel("share of argmaxes")
+    axes[1].set_ylabel("confidence")
+    axes[2].set_ylabel("relations")
+    axes[0].set_ylim(*figures.SHARE_RANGE)
+    axes[1].set_ylim(*figures.CONFIDENCE_RANGE)
     axes[2].set_ylim(-0.2, 4.2)
     axes[2].set_yticks(range(5))
-    axes[2].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    if own:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=8)
+    else:
+        axes[2].legend(handles=handles, fontsize=7, loc="lower right")
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()
     return fig
 
 

@@ -239,33 +239,39 @@ def top_quarter_share(scores):
 
 
 # --------------------------------------------------------------------------- plots
-def plot_importance(relevance, confidence=None, title=None, sort=True, axes=None):
+def plot_importance(relevance, confidence=None, title=None, sort=True, axes=None,
+                    relevance_range=None, confidence_range=None):
     """Figure 1 style: one row per layer, heads sorted by relevance within each layer (``sort``), the
     relevance heat map, and beside it the confidence of the same heads in the same order.
-    ``relevance`` and ``confidence`` are (L, H). Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
+    ``relevance`` and ``confidence`` are (L, H). Colours on the fixed scales of :mod:`minihead.figures`
+    (``relevance_range`` and ``confidence_range`` override them), so figures of different models compare by
+    eye. Returns the matplotlib Figure."""
+    from . import figures
     rel = backend.to_host(relevance)
     conf = None if confidence is None else backend.to_host(confidence)
     order = (-rel).argsort(-1) if sort else xp.arange(rel.shape[1])[None].repeat(rel.shape[0], 0)
     order = backend.to_host(order)
     ncol = 1 if conf is None else 2
+    L, H = rel.shape
     if axes is None:
-        fig, axes = plt.subplots(1, ncol, figsize=(ncol * (0.6 * rel.shape[1] + 1.8), 0.5 * rel.shape[0] + 1.2),
-                                 squeeze=False)
+        fig, axes = figures.new_figure(1, ncol, figsize=(ncol * (0.6 * H + 2.2), 0.5 * L + 1.6))
         axes = axes[0]
     else:
         fig = axes[0].figure
-    panels = [("relevance (LRP)", rel, "Reds")] + ([("confidence", conf, "Blues")] if conf is not None else [])
-    for ax, (name, M, cmap) in zip(axes, panels):
+    panels = [("relevance (LRP)", rel, "relevance", relevance_range)]
+    if conf is not None:
+        panels.append(("confidence", conf, "confidence", confidence_range))
+    for ax, (name, M, quantity, rng) in zip(axes, panels):
         Ms = M[[[l] for l in range(M.shape[0])], order]     # (L, H) each row in relevance order
-        im = ax.imshow(Ms, cmap=cmap, vmin=0.0, vmax=max(float(Ms.max()), 1e-12), aspect="auto")
+        vmin, vmax = rng or figures.colour_range(quantity)
+        im = ax.imshow(Ms, cmap=figures.CMAPS[quantity], vmin=vmin, vmax=vmax, aspect="auto")
         for l in range(Ms.shape[0]):
             for j in range(Ms.shape[1]):
-                ax.text(j, l, f"{Ms[l, j]:.2f}\nh{order[l, j]}", ha="center", va="center", fontsize=7)
-        ax.set_yticks(range(Ms.shape[0]))
+                ax.text(j, l, f"{Ms[l, j]:.2f}\nh{order[l, j]}", ha="center", va="center", fontsize=7,
+                        color=figures.cell_text_colour(im, Ms[l, j]))
+        figures.integer_ticks(ax, n_x=H, n_y=L, x_labels=[str(j + 1) for j in range(H)] if sort else None)
         ax.set_ylabel("layer")
-        ax.set_xlabel("heads, by relevance" if sort else "head")
+        ax.set_xlabel("heads, by relevance (rank)" if sort else "head")
         ax.set_title(name)
         fig.colorbar(im, ax=ax)
     if title:
@@ -273,18 +279,21 @@ def plot_importance(relevance, confidence=None, title=None, sort=True, axes=None
     return fig
 
 
-def plot_relevance_bars(relevance, title=None, ax=None):
-    """Per-layer bars of head relevance (L, H): one group per layer, heads side by side."""
-    import matplotlib.pyplot as plt
-
+def plot_relevance_bars(relevance, title=None, ax=None, ylim=None):
+    """Per-layer bars of head relevance (L, H): one group per layer, heads side by side, on the fixed relevance
+    scale of :mod:`minihead.figures` (``ylim`` overrides it; widened when a signed share falls outside)."""
+    from . import figures
     rel = backend.to_host(relevance)
     L, H = rel.shape
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(4.0, 0.35 * L * H + 1), 3))
+        _, axes = figures.new_figure(figsize=(max(4.0, 0.35 * L * H + 1.5), 3.2))
+        ax = axes[0, 0]
     width = 0.8 / H
     for h in range(H):
         ax.bar([l + (h - (H - 1) / 2) * width for l in range(L)], rel[:, h], width, label=f"head {h}")
-    ax.set_xticks(range(L))
+    figures.integer_ticks(ax, n_x=L)
+    lo, hi = ylim or figures.RELEVANCE_RANGE
+    ax.set_ylim(min(lo, float(rel.min()) * 1.05), max(hi, float(rel.max()) * 1.05))
     ax.set_xlabel("layer")
     ax.set_ylabel("relevance share")
     if H <= 8:

@@ -506,24 +506,28 @@ def aggregate_attention(attn, piece_to_word, n_words, from_word="first"):
 # ----------------------------------------------------------------------------------------------
 # Plots (matplotlib imported here, so the package imports without it)
 
-def plot_head_scores(scores, title=None, ax=None, fmt="{:.2f}", cmap="viridis", vmin=None,
-                     vmax=None):
+def plot_head_scores(scores, title=None, ax=None, fmt="{:.2f}", cmap=None, vmin=None,
+                     vmax=None, quantity=None):
     """Heat map of any per-head score (L, H): layers as rows (0 on top), heads as columns, each
-    cell annotated with its value. Returns the matplotlib Axes."""
-    import matplotlib.pyplot as plt
-
+    cell annotated with its value (black or white by the cell colour's luminance). ``quantity`` (a key of
+    :data:`minihead.figures.RANGES`, e.g. "relevance") draws it on that quantity's fixed range and colour map,
+    the same in every chapter; ``vmin``/``vmax``/``cmap`` given explicitly win. Returns the matplotlib Axes."""
+    from . import figures
     scores = backend.to_host(scores)
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.7 * scores.shape[1] + 1.5, 0.5 * scores.shape[0] + 1))
-    im = ax.imshow(scores, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    lo, hi = im.get_clim()
+        _, axes = figures.new_figure(figsize=(0.7 * scores.shape[1] + 2.0, 0.5 * scores.shape[0] + 1.3))
+        ax = axes[0, 0]
+    if quantity is not None:
+        lo, hi = figures.colour_range(quantity)
+        vmin = lo if vmin is None else vmin
+        vmax = hi if vmax is None else vmax
+        cmap = cmap or figures.CMAPS[quantity]
+    im = ax.imshow(scores, cmap=cmap or "viridis", vmin=vmin, vmax=vmax, aspect="auto")
     for l in range(scores.shape[0]):
         for h in range(scores.shape[1]):
-            dark = (scores[l, h] - lo) < 0.5 * (hi - lo)   # light text on the dark end
             ax.text(h, l, fmt.format(scores[l, h]), ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")
-    ax.set_xticks(range(scores.shape[1]))
-    ax.set_yticks(range(scores.shape[0]))
+                    color=figures.cell_text_colour(im, scores[l, h]))
+    figures.integer_ticks(ax, n_x=scores.shape[1], n_y=scores.shape[0])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     if title:
@@ -532,11 +536,11 @@ def plot_head_scores(scores, title=None, ax=None, fmt="{:.2f}", cmap="viridis", 
     return ax
 
 
-def plot_attention(attn, tokens, query_tokens=None, title=None, ax=None, cmap="Blues"):
-    """One attention map (T_q, T_k) with token labels: queries as rows, keys as columns.
+def plot_attention(attn, tokens, query_tokens=None, title=None, ax=None, cmap="Blues", vmin=None, vmax=None):
+    """One attention map (T_q, T_k) with token labels: queries as rows, keys as columns, on the fixed
+    attention range of :mod:`minihead.figures` (0..1; ``vmin``/``vmax`` override it).
     Returns the matplotlib Axes."""
-    import matplotlib.pyplot as plt
-
+    from . import figures
     attn = backend.to_host(attn)
     query_tokens = tokens if query_tokens is None else query_tokens
     if attn.shape != (len(query_tokens), len(tokens)):
@@ -544,8 +548,10 @@ def plot_attention(attn, tokens, query_tokens=None, title=None, ax=None, cmap="B
                          f"query and {len(tokens)} key tokens")
     if ax is None:
         size = 0.35 * max(len(tokens), len(query_tokens)) + 1.5
-        _, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(attn, cmap=cmap, vmin=0.0, vmax=max(float(attn.max()), 1e-12))
+        _, axes = figures.new_figure(figsize=(size, size))
+        ax = axes[0, 0]
+    lo, hi = figures.ATTENTION_RANGE
+    ax.imshow(attn, cmap=cmap, vmin=lo if vmin is None else vmin, vmax=hi if vmax is None else vmax)
     ax.set_xticks(range(len(tokens)))
     ax.set_xticklabels(tokens, rotation=90)
     ax.set_yticks(range(len(query_tokens)))
