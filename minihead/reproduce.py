@@ -142,13 +142,181 @@ def prune_stages(study, s, progress, done=lambda stage: None):
 
 # --------------------------------------------------------------------------- report
 def _fig(path, draw):
+    """Save the figure that ``draw(plt)`` returns (a Figure, or an Axes of one) at ``path``; returns its name."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig = draw(plt)
+    fig = fig.figure            # an Axes' figure; a Figure's is itself
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return os.path.basename(path)
+
+
+ROLE_NAMES = {"positional": "positional", "syntactic": "syntactic", "rare": "rare-word"}
+
+
+def plot_encoder_pruning(enc, base_bleu, n_heads):
+    """Figure 7's kind: test BLEU against the encoder heads retained by each run of the encoder sweep ``enc``,
+    with the BLEU of all ``n_heads`` heads. Returns the Figure."""
+    from . import figures
+    fig, axes = figures.new_figure(figsize=(5.2, 3.4))
+    ax = axes[0, 0]
+    pts = sorted((r["n_retained"]["enc"], r["bleu"]) for r in enc)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="pruned (encoder heads)")
+    ax.axhline(base_bleu, ls="--", c="gray", label=f"all {n_heads} heads")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(-0.5, n_heads + 0.5)
+    ax.set(xlabel="retained encoder heads", ylabel="test BLEU", title="Figure 7's kind, at reduced scale")
+    ax.legend()
+    return fig
+
+
+def plot_head_functions(roles, enc, n_layers, n_heads, max_cols=5):
+    """Figure 8's kind: the encoder heads as a layer x head grid, one panel with every head and one per run of
+    the encoder sweep ``enc`` (most heads kept first). A cell's colour is the head's role (``roles``:
+    {(l, h): set} of :func:`minihead.roles.classify_heads`; a head with several roles takes the first of
+    positional, syntactic, rare-word; its letters P / S / R are all written), grey for no role, white where the
+    run pruned the head (its letters then in grey). Returns the Figure."""
+    import math
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+    from . import figures
+    runs = sorted(enc, key=lambda r: (-r["n_retained"]["enc"], r["lam"]))
+    panels = [("every head", None)] + [(f"lambda {r['lam']:g}: {r['n_retained']['enc']} of {n_layers * n_heads} "
+                                        "kept", r) for r in runs]
+    ncols = min(max_cols, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = figures.new_figure(nrows, ncols, figsize=(ncols * (0.45 * n_heads + 1.0),
+                                                          nrows * (0.45 * n_layers + 1.0) + 0.7))
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_axis_off()
+            continue
+        title, run = panels[i]
+        kept = None if run is None else backend.to_host(xp.asarray(run["retained"]["enc"]))
+        img = backend.to_host(xp.zeros((n_layers, n_heads, 3)))           # RGB per cell
+        for l in range(n_layers):
+            for h in range(n_heads):
+                role = next((r for r in figures.ROLE_COLOURS if r in roles.get((l, h), ())), None)
+                alive = kept is None or bool(kept[l, h])
+                colour = (figures.ROLE_COLOURS[role] if role else figures.NO_ROLE_COLOUR) if alive \
+                    else figures.PRUNED_COLOUR
+                img[l, h] = to_rgb(colour)
+                letters = "".join(figures.ROLE_LETTERS[r] for r in figures.ROLE_COLOURS if r in roles.get((l, h), ()))
+                if letters:
+                    ax.text(h, l, letters, ha="center", va="center", fontsize=8,
+                            color=figures.text_colour(img[l, h]) if alive else "darkgray")
+        ax.imshow(img, aspect="auto")
+        figures.integer_ticks(ax, n_x=n_heads, n_y=n_layers)
+        ax.set_xticks([x - 0.5 for x in range(1, n_heads)], minor=True)
+        ax.set_yticks([y - 0.5 for y in range(1, n_layers)], minor=True)
+        ax.grid(which="minor", color="black", lw=0.5)
+        ax.tick_params(which="minor", length=0)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(title, fontsize=9)
+    handles = [Patch(facecolor=figures.ROLE_COLOURS[r], edgecolor="black", label=f"{ROLE_NAMES[r]} "
+                     f"({figures.ROLE_LETTERS[r]})") for r in figures.ROLE_COLOURS]
+    handles += [Patch(facecolor=figures.NO_ROLE_COLOUR, edgecolor="black", label="no role"),
+                Patch(facecolor=figures.PRUNED_COLOUR, edgecolor="black", label="pruned")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
+    fig.suptitle("Figure 8's kind: encoder head functions, and which heads survive pruning", fontsize=10)
+    return fig
+
+
+def plot_all_pruning(allk, cfg):
+    """Figure 9's kind: for each run of the all-attention sweep ``allk``, the heads retained per attention type
+    (encoder self, decoder self, decoder-encoder), in total (first panel) and per layer (one panel per type).
+    Returns the Figure."""
+    from matplotlib.ticker import MaxNLocator
+    from . import figures
+    from .prune import GATE_KINDS
+    kinds = [k for k in GATE_KINDS if all(k in r["n_retained"] for r in allk)]
+    H = cfg.n_heads
+    fig, axes = figures.new_figure(1, 1 + len(kinds), figsize=(5.5 + 3.2 * len(kinds), 3.8),
+                                   gridspec_kw={"width_ratios": [1.7] + [1] * len(kinds)})
+    axes = axes[0]
+    ax = axes[0]
+    width = 0.8 / max(len(kinds), 1)
+    for j, k in enumerate(kinds):
+        xs = [i + (j - (len(kinds) - 1) / 2) * width for i in range(len(allk))]
+        bars = ax.bar(xs, [r["n_retained"][k] for r in allk], width, color=figures.KIND_COLOURS[k],
+                      label=figures.KIND_NAMES[k])
+        ax.bar_label(bars, fontsize=7)
+    for total in sorted({cfg.n_layers(k) * H for k in kinds}):
+        ax.axhline(total, ls="--", c="gray", lw=0.8, label=f"all {total} heads of a type")
+    ax.set_xticks(range(len(allk)), [f"lambda {r['lam']:g}\nBLEU {r['bleu']:.1f}" for r in allk])
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="all-attention run", ylabel="heads retained", title="heads retained per attention type")
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    ax.set_ylim(0, 1.5 * max([cfg.n_layers(k) * H for k in kinds] or [1]))
+    for ax, k in zip(axes[1:], kinds):
+        L = cfg.n_layers(k)
+        w = 0.8 / max(len(allk), 1)
+        for i, r in enumerate(allk):
+            m = backend.to_host(xp.asarray(r["retained"][k], dtype="float64"))       # (L, H)
+            ax.bar([l + (i - (len(allk) - 1) / 2) * w for l in range(L)], m.sum(1), w, color=f"C{i}",
+                   label=f"lambda {r['lam']:g}")
+        ax.axhline(H, ls="--", c="gray", lw=0.8, label=f"all {H} heads of a layer")
+        figures.integer_ticks(ax, n_x=L)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, 1.5 * H + 0.5)
+        ax.set(xlabel="layer", ylabel="heads retained", title=figures.KIND_NAMES[k])
+        ax.title.set_fontsize(10)
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
+    axes[0].title.set_fontsize(10)
+    fig.suptitle("Figure 9's kind: heads retained when every attention type is pruned", fontsize=10)
+    return fig
+
+
+def _role_counts(roles, heads):
+    """role -> how many of ``heads`` have it, and "other" -> how many have none."""
+    out = {r: sum(1 for lh in heads if r in roles.get(lh, ())) for r in ROLE_NAMES}
+    out["other"] = sum(1 for lh in heads if not roles.get(lh))
+    return out
+
+
+def head_functions_caption(roles, enc, n_layers, n_heads):
+    """The report's caption of :func:`plot_head_functions`: the paper's Figure 8 numbers (:mod:`minihead.paper`)
+    beside this model's role counts, all heads and among each run's survivors."""
+    heads = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    mine = _role_counts(roles, heads)
+    per_run = []
+    for r in sorted(enc, key=lambda r: (-r["n_retained"]["enc"], r["lam"])):
+        m = backend.to_host(xp.asarray(r["retained"]["enc"]))
+        c = _role_counts(roles, [lh for lh in heads if m[lh]])
+        per_run.append(f"{r['n_retained']['enc']} (lambda {r['lam']:g}: {c['positional']} / {c['syntactic']} / "
+                       f"{c['rare']})")
+    ps = paper.SURVIVOR_ROLES_AT_48
+    return (f"*Head functions, Figure 8's kind (`head_functions.png`).* Paper, Figure 8 (WMT): of {_N48} encoder heads "
+            f"{ps['positional']} positional, {ps['syntactic']} syntactic, {ps['rare']} rare-word, {ps['other']} "
+            f"other; {PAPER_SAYS['specialised_survive']}. This model: of {len(heads)} encoder heads "
+            f"{mine['positional']} positional, {mine['syntactic']} syntactic, {mine['rare']} rare-word, "
+            f"{mine['other']} with no role; heads kept per run (of them positional / syntactic / rare-word): "
+            + ("; ".join(per_run) or "no run") + ".")
+
+
+def all_pruning_caption(allk, cfg):
+    """The report's caption of :func:`plot_all_pruning`: the paper's Figure 9 / Table 2 configurations
+    (:mod:`minihead.paper`) beside this model's, as heads kept enc-self / dec-self / dec-enc."""
+    per_type = paper.SETTING["layers"] * paper.SETTING["heads"]
+    theirs = "; ".join(f"{a} / {b} / {c}" for (a, b, c), _, _ in paper.TABLE2["WMT"])
+    mine = "; ".join(f"{r['n_retained'].get('enc', '-')} / {r['n_retained'].get('dec_self', '-')} / "
+                     f"{r['n_retained'].get('dec_enc', '-')} (lambda {r['lam']:g})" for r in allk)
+    n = cfg.n_enc_layers * cfg.n_heads
+    return (f"*All attention types pruned, Figure 9's kind (`prune_all.png`).* Paper, Figure 9 and Table 2 (WMT, of "
+            f"{per_type} heads per type): enc-self / dec-self / dec-enc kept {theirs}. This model (of {n} heads per "
+            f"type): {mine or 'no run'}.")
+
+
+def encoder_pruning_caption(v, base_bleu, n_heads):
+    """The report's caption of :func:`plot_encoder_pruning`: the paper's Figure 7 number beside this model's
+    knee (the "prunable" verdict ``v``)."""
+    return (f"*Encoder-head pruning, Figure 7's kind (`prune_encoder.png`).* Paper, Figure 7: {PAPER_SAYS['prunable']}. "
+            f"This model: {v.kept} of {n_heads} kept, {v.bleu_kept - v.bleu_full:+.2f} BLEU (all heads: "
+            f"{base_bleu:.2f}).")
 
 
 # what the paper reports for each finding (the report's "paper" column)
@@ -236,20 +404,16 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
     os.makedirs(out, exist_ok=True)
     L, H = study.cfg.n_enc_layers, study.cfg.n_heads
     figs = {}
+    from . import figures
     from .importance import plot_importance
     figs["relevance"] = _fig(os.path.join(out, "relevance.png"), lambda plt: plot_importance(
         xp.asarray(imp["relevance"]["enc"]), xp.asarray(imp["confidence"]["enc"]),
-        title="encoder head relevance (LRP) and confidence").figure)
-
-    def curve(plt):
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        pts = sorted((r["n_retained"]["enc"], r["bleu"]) for r in enc)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="pruned (encoder heads)")
-        ax.axhline(base["bleu"], ls="--", c="gray", label=f"all {L * H} heads")
-        ax.set(xlabel="retained encoder heads", ylabel="test BLEU", title="Figure 7 at reduced scale")
-        ax.legend()
-        return fig
-    figs["prune"] = _fig(os.path.join(out, "prune_encoder.png"), curve)
+        title="encoder head relevance (LRP) and confidence"))
+    figs["prune"] = _fig(os.path.join(out, "prune_encoder.png"),
+                         lambda plt: plot_encoder_pruning(enc, base["bleu"], L * H))
+    figs["functions"] = _fig(os.path.join(out, "head_functions.png"),
+                             lambda plt: plot_head_functions(rep.roles, enc, L, H))
+    figs["prune_all"] = _fig(os.path.join(out, "prune_all.png"), lambda plt: plot_all_pruning(allk, study.cfg))
 
     lines = [f"# minihead reproduction report ({'quick' if s['study'] == 'quick' else 'full'} scale)", "",
              f"Model `{study.name}`: {study.cfg.n_enc_layers}+{study.cfg.n_dec_layers} layers x {H} heads, "
@@ -263,7 +427,13 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
     v = verdicts or findings.study_verdicts(summ, rep, base, enc, allk, scratch, study.cfg)
     lines += findings_rows(v, summ, study.cfg)
     paired = list(zip(allk[-len(scratch):], scratch)) if scratch else []
-    lines += ["", f"![relevance]({figs['relevance']})", "", f"![pruning]({figs['prune']})", "",
+    lines += ["", f"![relevance]({figs['relevance']})", "",
+              "*Head relevance and confidence, Figure 1's kind (`relevance.png`):* heads of each encoder layer sorted "
+              "by relevance, on the fixed scales {:g}..{:g} and {:g}..{:g} of every figure.".format(
+                  *figures.RELEVANCE_RANGE, *figures.CONFIDENCE_RANGE), "",
+              f"![pruning]({figs['prune']})", "", encoder_pruning_caption(v["prunable"], base["bleu"], L * H), "",
+              f"![head functions]({figs['functions']})", "", head_functions_caption(rep.roles, enc, L, H), "",
+              f"![all-attention pruning]({figs['prune_all']})", "", all_pruning_caption(allk, study.cfg), "",
               "## Table 1 shape: best head and offset baseline per relation (dev trees)", "",
               __import__("minihead.analysis", fromlist=["format_table"]).format_table(rep), "",
               "## Encoder-head pruning sweep", "",
