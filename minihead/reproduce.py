@@ -822,6 +822,24 @@ def update_readme(path=None):
     return new != text
 
 
+README_FIGURE = os.path.join("docs", "figures", "emergence.png")
+README_TRACES = (("trace-quick.json", "data_small: the translation needs the heads"),
+                 ("trace-quick-control.json", "control: it does not"))
+
+
+def readme_figure(path=None):
+    """The README's figure, drawn from the shipped traces (:data:`README_TRACES`, read by
+    :func:`minihead.emergence.load_trace`, which refuses a stale one): the head functions measured along training
+    on the language whose translation needs them and on its control. Returns the path written."""
+    from . import emergence
+    path = path or os.path.join(ROOT, README_FIGURE)
+    docs = [emergence.load_trace(os.path.join(STUDIES, name)) for name, _ in README_TRACES]
+    fig = emergence.plot_trace(docs, labels=[label for _, label in README_TRACES])
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def reproduce_real(train_src, train_tgt, conllu, dev_src=None, dev_tgt=None, test_src=None, test_tgt=None,
                    quick=True, out="report-real", progress=True, log=print):
     """The study on a real parallel corpus (BPE learned on it) with gold trees of real English: test BLEU,
@@ -903,6 +921,7 @@ def add_reproduce_command(subparsers):
 if __name__ == "__main__":
     import sys
     if sys.argv[1:] != ["--readme"]:
-        raise SystemExit("usage: python -m minihead.reproduce --readme  (rewrites README.md's findings table from "
-                         "chapters/studies/; the study itself is `python -m minihead reproduce`)")
+        raise SystemExit("usage: python -m minihead.reproduce --readme  (rewrites README.md's findings table and its "
+                         "figure from chapters/studies/; the study itself is `python -m minihead reproduce`)")
     print("README.md " + ("updated" if update_readme() else "already up to date"))
+    print(f"{readme_figure()} drawn from the shipped traces")

@@ -202,3 +202,13 @@ def test_readme_keeps_its_two_commands_and_links_every_doc():
     assert FORMULAS.relative_to(ROOT).as_posix() in docs
     unlinked = [d for d in docs if f"]({d})" not in text]
     assert not unlinked, f"README.md does not link {unlinked}"
+
+
+def test_readme_figure_is_drawn_from_the_shipped_traces(tmp_path):
+    """The README shows docs/figures/emergence.png, which exists, and reproduce.readme_figure draws it from the
+    shipped traces (load_trace refuses a stale one), so the figure is remade by the same command as the table."""
+    from minihead import reproduce
+    text = (ROOT / "README.md").read_text()
+    assert f"]({reproduce.README_FIGURE})" in text and (ROOT / reproduce.README_FIGURE).stat().st_size > 0
+    out = reproduce.readme_figure(str(tmp_path / "f.png"))
+    assert pathlib.Path(out).stat().st_size > 0
