@@ -96,11 +96,6 @@ def exercise_4():
         assert all(s == (1.0 if want_all else 0.0) for s in shares.values()), shares
 
 
-def main(names):
-    for name in names or sorted(n for n in globals() if n.startswith("exercise_")):
-        print(f"--- {name}")
-        globals()[name]()
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from run_exercises import main   # beside this file: the runner every solution file shares
+    main(globals(), sys.argv[1:])
