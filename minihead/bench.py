@@ -75,13 +75,13 @@ def numpy_step_fn(cfg, params, n_shards=1, fused=True):
     workers stop when the step function is garbage-collected, or at ``step.workers.close()``).
     ``fused=False``: the GPU's fused kernels off for this step (:data:`minihead.kernels.FUSED`), so the
     NumPy expressions run on the device instead."""
-    with _fused(fused):
+    with kernels.switched(fused):
         opt = Adam(params)
     gen = backend.rng(0)
     workers = shards.workers_for(params, cfg, n_shards)
 
     def step(b):
-        with _fused(fused):
+        with kernels.switched(fused):
             if n_shards > 1:
                 loss, grads, _ = shards.loss_and_grads(params, cfg, b, n_shards, rng=gen, workers=workers)
             else:
@@ -91,19 +91,6 @@ def numpy_step_fn(cfg, params, n_shards=1, fused=True):
         return loss
     step.workers = workers
     return step
-
-
-class _fused:
-    """Set :data:`minihead.kernels.FUSED` for a while."""
-
-    def __init__(self, on):
-        self.on = on
-
-    def __enter__(self):
-        self.old, kernels.FUSED = kernels.FUSED, self.on
-
-    def __exit__(self, *exc):
-        kernels.FUSED = self.old
 
 
 def autograd_step_fn(cfg, params):

@@ -20,6 +20,7 @@ against it on the same inputs. Nothing here runs on the NumPy backend: :func:`ac
 ``MINIHEAD_FUSED=0`` (or :data:`FUSED` = False) turns the kernels off, so the same code runs the NumPy
 expressions on CuPy arrays: the benchmark times both side by side.
 """
+import contextlib
 import functools
 import math
 import os
@@ -37,6 +38,17 @@ DRAWS_PER_THREAD = 16  # consecutive 64-bit draws a dropout thread makes after i
 def active():
     """True when the fused kernels replace the NumPy expressions: the CuPy backend with :data:`FUSED` on."""
     return FUSED and backend.name == "cupy"
+
+
+@contextlib.contextmanager
+def switched(on):
+    """Set :data:`FUSED` to ``on`` for a while (the benchmark times both; the GPU tests compare both)."""
+    global FUSED
+    old, FUSED = FUSED, on
+    try:
+        yield
+    finally:
+        FUSED = old
 
 
 _ROWS_SRC = r"""

@@ -103,6 +103,21 @@ def prepare(name="quick", data="data_small", **overrides):
     return splits, trees, corpus, cfg, tcfg
 
 
+def _trained(out, corpus, cfg, tcfg, progress):
+    """The finished training in run folder ``out``: trained first (or resumed from last.npz) when ``done.json``
+    does not mark it finished. Returns (the done.json record, the best.npz checkpoint), the checkpoint loaded only
+    when its model settings, training settings and vocabulary are the ones asked for (a folder copied from another
+    seed, or trained on other data, is an error naming the file)."""
+    done = os.path.join(out, "done.json")
+    if not os.path.exists(done):
+        res = train_model(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
+                          progress=progress)
+        checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
+    logged = _done_record(done)
+    ck = checkpoint.load(_best_of(out), expect_cfg=cfg, expect_vocab=corpus.vocab, expect_train=tcfg.to_dict())
+    return logged, ck
+
+
 def _done_record(done):
     """The finished training's record (done.json): its history, curve and best BLEU; a file of another shape is
     an error naming it (delete it: the training resumes from last.npz and ends at once), not a KeyError."""
@@ -131,13 +146,7 @@ def load_study(name="quick", data="data_small", runs=None, progress=True, **over
     splits, trees, corpus, cfg, tcfg = prepare(name, data, **overrides)
     tag = _tag(name, overrides)
     out = run_folder(name, data, runs, **overrides)
-    done = os.path.join(out, "done.json")
-    if not os.path.exists(done):
-        resume = os.path.exists(os.path.join(out, "last.npz"))
-        res = train_model(corpus, cfg, tcfg, out, resume=resume, progress=progress)
-        checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
-    logged = _done_record(done)
-    ck = checkpoint.load(_best_of(out), expect_cfg=cfg, expect_vocab=corpus.vocab, expect_train=tcfg.to_dict())
+    logged, ck = _trained(out, corpus, cfg, tcfg, progress)
     return Study(tag, ck.params, ck.cfg, ck.vocab, corpus, splits, trees, logged["history"],
                  logged.get("curve", []), ck.path)
 
@@ -196,13 +205,7 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
     train_p, dev_p, test_p = seg(train), seg(dev), seg(test)
     corpus = Corpus.build(train_p, dev_p)
     cfg, tcfg = preset(name, len(corpus.vocab), **{**overrides, "n_train": None})
-    done = os.path.join(out, "done.json")
-    if not os.path.exists(done):
-        res = train_model(corpus, cfg, tcfg, out, resume=os.path.exists(os.path.join(out, "last.npz")),
-                          progress=progress)
-        checkpoint.save_json(done, {"history": res.history, "curve": res.curve, "best_bleu": res.best_bleu})
-    logged = _done_record(done)
-    ck = checkpoint.load(_best_of(out), expect_cfg=cfg, expect_vocab=corpus.vocab, expect_train=tcfg.to_dict())
+    logged, ck = _trained(out, corpus, cfg, tcfg, progress)
     splits = {"train": ([s for s, _ in train_p], [t for _, t in train_p]),
               "dev": ([s for s, _ in dev_p], [t for _, t in dev_p]),
               "test": ([s for s, _ in test_p], [t for _, t in test_p])}

@@ -25,23 +25,16 @@ except Exception as exc:  # pragma: no cover - depends on the machine
 def on_gpu():
     """The CuPy backend with the fused kernels on, for one test; numpy again afterwards."""
     backend.use("cupy")
-    old = kernels.FUSED
-    kernels.FUSED = True
     try:
-        yield
+        with kernels.switched(True):
+            yield
     finally:
-        kernels.FUSED = old
         backend.use("numpy")
 
 
-class unfused:
+def unfused():
     """The kernels off for a while: the NumPy expressions run on the device arrays (the twins)."""
-
-    def __enter__(self):
-        self.old, kernels.FUSED = kernels.FUSED, False
-
-    def __exit__(self, *exc):
-        kernels.FUSED = self.old
+    return kernels.switched(False)
 
 
 def h(a):
