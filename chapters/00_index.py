@@ -54,6 +54,6 @@ assert chapters[0] == "00_index.ipynb" and len(chapters) >= 7, chapters
 # (`python chapters/solutions/00_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
 # ends with asserts on its result.
 #
-# 1. **Read a study over seeds.** Open `chapters/studies/quick.json` and `full.json`; for every finding of `minihead.findings.FINDINGS` print in how many seeds it held, and check that its `status` (`all`, `some`, `none`), the word the chapters act on, agrees with that count.
-#    - *Hint:* `json.load` the file; the counts are under `summary[name]["held_in"]` and `["of"]`.
+# 1. **Read a study over seeds.** Open `chapters/studies/quick.json`; for every per-model finding of `minihead.findings.FINDINGS` (those not in `findings.POOLED`) print in how many of its testable seeds it held, and check that its `status` (`holds`, `varies`, `does not hold`), the word the chapters act on, agrees with that count.
+#    - *Hint:* `json.load` the file; the counts are under `summary[name]["held_in"]` and `["testable"]`.
 #    - Solution: `solutions/00_solutions.py`, `exercise_1`.

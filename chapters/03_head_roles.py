@@ -153,8 +153,9 @@ print("syntactic heads:", {k: v for k, v in roles.syntactic_heads(acc, baseline)
 # ### Rare-word heads (sec. 5.3)
 #
 # On sentences whose rarest word is outside the N most frequent training words, how often does each head's argmax
-# land on the rarest word, and on one of the two rarest? Chance is 1/T (2/T) per query. The paper's N is 500 of a
-# 32k vocabulary; `roles.default_top_n` keeps the same fraction of the vocabulary (V / 64).
+# land on the rarest word, and on one of the two rarest? Chance is 1/T (2/T) per query. The paper's N is 500 (of a
+# 32k vocabulary), and so is ours by default; `roles.default_top_n` gives the same FRACTION of a vocabulary instead
+# (V / 64), an option for small vocabularies. The paper's rare-word head is in the first layer.
 
 # %%
 rare = roles.rare_token_shares(toy_maps, toy_trees, toy_freq, top_n=3)
@@ -447,25 +448,34 @@ for seed in traces["default"]["seeds"]:
 # adverb suffix by the verb's hidden class (nsubj, obj and advmod, dependent -> verb), an adjective's gender suffix
 # by its noun (amod).
 # Whether a model meets these needs with heads of the paper's kind is what this section judges, by the paper's
-# criteria in `minihead/findings.py` (90% of the queries where the offset exists and confidence > 0.8; 10 points
-# over the best fixed offset; 3 x chance on the rarest word), so no threshold is retyped here.
+# definitions in `minihead/findings.py` (sec. 5.1: 90% of the argmaxes on one offset, over the queries where it
+# exists, with confidence reported beside, not required; sec. 5.2: 10 points over the best fixed offset; sec. 5.3: a
+# FIRST-layer head on the rarest token at least half of the time, over sentences whose rarest token is outside the
+# 500 most frequent), so no threshold is retyped here. The sections above looked at the dev trees, which the
+# recipes were chosen on; the verdicts are judged on the **test** trees, which no recipe saw (`reproduce.roles_stage`).
+# Two more findings join them here, the paper's headline link between the two halves of its title: the heads with a
+# role carry more LRP relevance than the others, and removing one costs more BLEU (each judged by one permutation
+# test pooled over the seeds).
 #
 # One model is an anecdote: whether a head emerges can flip with the seed or the BLAS thread count. So the claims
 # are judged against the **study over seeds** that ships with the chapters (`chapters/studies/quick.json`, written
-# by `python -m minihead reproduce --quick --seeds 1,2,3`): a finding that held in every seed is a claim, asserted
-# for this chapter's model too; one that held in some seeds is shown with each seed's numbers and not asserted;
-# one that held in none is stated as not reproduced at this scale, with the numbers. In full mode the study is
+# by `python -m minihead reproduce --quick --seeds 1,2,3`): a per-model finding that holds in every seed is a claim,
+# asserted for this chapter's model too; a pooled one is stated with its test; one that varies is shown and not
+# asserted; one that does not hold is stated as not reproduced at this scale, with the numbers. In full mode the study is
 # `chapters/studies/full.json`, written by `python -m minihead reproduce --seeds 1,2,3` (the default model of every
 # seed, trained, analysed and pruned alike; its head functions are those of
 # `python -m minihead emergence --config default --seeds 1,2,3`, the same models).
 
 # %%
 from minihead import findings
-from minihead.reproduce import judge_against_study
+from minihead.reproduce import judge_against_study, roles_stage
 
 scale = "quick" if QUICK else "full"
+report = roles_stage(study)            # the test trees, as the study judges them
 mine = {"positional": findings.positional(report), "syntactic": findings.syntactic(report),
-        "rare_word": findings.rare_word(report)}
+        "rare_word": findings.rare_word(report, relevance=imp["relevance_abs"]["enc"]),
+        "role_relevance": findings.role_heads_differ(imp["relevance_abs"]["enc"], report.roles),
+        "role_ablation": findings.role_heads_differ(imp["ablation"]["enc"], report.roles)}
 v_pos, v_syn, v_rare = mine["positional"], mine["syntactic"], mine["rare_word"]
 print(f"this model ({study.name}, best dev BLEU {max(h['dev_bleu'] for h in study.history):.1f}):")
 print(f"  best +-1 head: L{v_pos.head[0]}H{v_pos.head[1]} puts {v_pos.share:.2f} of its argmaxes on {v_pos.offset:+d} "
@@ -474,8 +484,7 @@ print(f"  best +-1 head: L{v_pos.head[0]}H{v_pos.head[1]} puts {v_pos.share:.2f}
 print("  best margin over the offset baseline per relation (points):",
       ", ".join(f"{r} {roles.DIRECTION_NAMES[r, d]} {100 * m:+.1f}" for r, d, m in v_syn.best_margins),
       "| relations with a syntactic head:", v_syn.relations_held or "none")
-print(f"  rarest-token head L{v_rare.head[0]}H{v_rare.head[1]}: {100 * v_rare.share:.1f}% = "
-      f"{v_rare.share / v_rare.chance:.1f} x chance")
+print(f"  rare-word head: {v_rare.text()}")
 # the paper's observation that positional heads are confident, on this model's heads of >= 90% share
 print("  confidence of the heads with >= 90% on one offset:",
       {lh: round(float(report.confidence[lh]), 2) for lh in report.positional} or "no such head")

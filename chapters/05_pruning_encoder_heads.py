@@ -69,9 +69,13 @@ print(f"test BLEU, all {n_heads} encoder heads, first {N_TEST} test sentences: {
 # %% [markdown]
 # ## 2. The sweep
 #
-# One pruning run per $\lambda$, all from the same model with the same seed (same batches, same gate noise). The
-# run with $\lambda = 0$ is the reference: the same continued training without the penalty, so the BLEU
-# differences below measure the pruning and not the extra training steps.
+# One pruning run per $\lambda$, all from the same model with the same seed (same batches, same gate noise). Every
+# run also trains the encoder on, and runs stop at different steps (once their gates settle), so comparing a run
+# with the model before pruning mixes the pruning with the extra training. The reference of each run is therefore
+# the $\lambda = 0$ run **at the same step** (`prune.reference_bleu`: one $\lambda = 0$ run with the same seed,
+# scored after each step where some run stopped; the same seed draws the same batches and gate noise, so its first
+# $n$ steps are the $\lambda = 0$ run of $n$ steps). The sweep also re-measures the head roles of every pruned model
+# with its gates (`reproduce.functions_after`, on the test trees), for section 4.
 #
 # **How long a run trains.** The paper trains until the gates converge to "almost completely closed or completely
 # open". A gate counts as *settled* when one of its point masses holds more than 95% of its distribution,
@@ -84,16 +88,19 @@ print(f"test BLEU, all {n_heads} encoder heads, first {N_TEST} test sentences: {
 # (a kept head may be scaled by a gate between 0 and 1) is reported beside it.
 
 # %%
-runs = P.sweep(study, LAMBDAS, "enc", STEPS, n_test=N_TEST, **PRUNE)
+from minihead.reproduce import functions_after
+
+runs = P.sweep(study, LAMBDAS, "enc", STEPS, n_test=N_TEST, after=functions_after(study, S.get("n_trees")), **PRUNE)
+runs = P.with_reference(study, runs, n_test=N_TEST, **PRUNE)     # ref_bleu: lambda = 0 at the run's own step
 ref = runs[0]
 assert ref["lam"] == 0.0
-print(f"\n{'lambda':>7} {'kept':>5}  per layer      {'BLEU':>6} {'vs lambda=0':>11} {'vs before':>9}   "
+print(f"\n{'lambda':>7} {'kept':>5}  per layer      {'BLEU':>6} {'vs reference':>12} {'vs before':>9}   "
       f"continuous: kept  BLEU   settled  steps")
 for r in runs:
     m = xp.asarray(r["retained"]["enc"])                                 # (L, H) bool
     per_layer = " ".join(str(int(x)) for x in m.sum(1))
     print(f"{r['lam']:>7g} {r['n_retained']['enc']:>5}  {per_layer:<13} {r['bleu']:>6.2f} "
-          f"{r['bleu'] - ref['bleu']:>+11.2f} {r['bleu'] - base['bleu']:>+9.2f}   "
+          f"{r['bleu'] - r['ref_bleu']:>+12.2f} {r['bleu'] - base['bleu']:>+9.2f}   "
           f"{r['n_retained_continuous']['enc']:>16} {r['bleu_continuous']:>6.2f} {r['settled_share']:>8.2f} "
           f"{r['steps_used']:>6}")
 
@@ -117,19 +124,20 @@ plt.tight_layout()
 # %% [markdown]
 # ## 3. BLEU against retained heads (Figure 7)
 #
-# Left, our sweep. Right, the change in BLEU against the **share** of encoder heads retained, ours (relative to the
-# $\lambda = 0$ run) beside the paper's two reported points; the scales differ (48 heads and ~30 BLEU there,
-# our numbers above here), so only the shape compares.
+# Left, our sweep, each run beside its reference (the $\lambda = 0$ run at the same step). Right, the change in BLEU
+# against the **share** of encoder heads retained, ours (relative to that reference) beside the paper's two
+# reported points; the scales differ (48 heads and ~30 BLEU there, our numbers above here), so only the shape
+# compares.
 
 # %%
-pts = sorted((r["n_retained"]["enc"], r["bleu"]) for r in runs)
+pts = sorted((r["n_retained"]["enc"], r["bleu"], r["ref_bleu"]) for r in runs)
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
 axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="pruned")
+axes[0].plot([p[0] for p in pts], [p[2] for p in pts], "x:", color="black", label="lambda = 0 at the same step")
 axes[0].axhline(base["bleu"], color="gray", ls="--", label="before pruning")
-axes[0].axhline(ref["bleu"], color="gray", ls=":", label="lambda = 0")
 axes[0].set(xlabel="retained encoder heads", ylabel=f"test BLEU ({N_TEST} sentences)", title=f"{study.name} model")
 axes[0].legend(fontsize=8)
-axes[1].plot([p[0] / n_heads for p in pts], [p[1] - ref["bleu"] for p in pts], "o-", label="ours")
+axes[1].plot([p[0] / n_heads for p in pts], [p[1] - p[2] for p in pts], "o-", label="ours")
 for data, kept, delta in paper.ENCODER_PRUNING:
     axes[1].plot([kept / 48], [delta], "s", ms=8, label=f"paper, {data}")
 axes[1].axhline(0, color="gray", lw=0.5)
@@ -140,16 +148,17 @@ plt.tight_layout()
 # %% [markdown]
 # ## 4. Which heads survive, and what they do (Figure 8)
 #
-# The roles of chapter 3 (`minihead.analysis.head_roles` on the gold dev trees, read through
-# `reproduce.roles_stage` as the study over seeds reads them): positional (the argmax lands on
-# the same neighbour in at least 90% of the queries where it exists, with confidence above 0.8), syntactic (at
-# least 10 points above the best fixed-offset baseline on one relation and direction) and the rare-word head. They are measured on the model **before**
-# pruning; pruning fine-tunes the encoder, so a survivor's map may shift a little afterwards. Each row below is one
-# run, sorted from all heads down; a cell is coloured when that head survived, by its role.
+# The roles of chapter 3 (`minihead.analysis.head_roles` on the gold test trees, read through
+# `reproduce.roles_stage` as the study over seeds reads them): positional (the argmax lands on the same neighbour in
+# at least 90% of the queries where it exists), syntactic (at least 10 points above the best fixed-offset baseline
+# on one relation and direction) and the rare-word head (first layer, on the rarest token at least half of the
+# time). The grid colours each survivor by its role in the model **before** pruning; pruning fine-tunes the
+# encoder, so the table after it gives what the paper's Figure 8 shows: the functions that the SURVIVING heads of
+# each pruned model still perform, their roles re-measured with its gates. Each row is one run, from all heads down.
 
 # %%
 from minihead.reproduce import roles_stage
-report = roles_stage(study, S.get("n_trees"))                    # head_roles on the dev trees, as reproduce does
+report = roles_stage(study, S.get("n_trees"))                    # head_roles on the test trees, as reproduce does
 roles = report.roles                                              # {(l, h): set of roles}
 for lh in sorted(roles):
     if roles[lh]:
@@ -182,15 +191,17 @@ ax.set_title("surviving heads: blue positional, orange syntactic, red rare-word,
 plt.tight_layout()
 
 # %% [markdown]
-# Are heads with a role over-represented among the survivors? For every run that kept at most
-# `paper.PRUNE_KEEP_SHARE` of the heads (and at least one), the share of role-carrying heads among the survivors
-# beside their share among all heads.
+# Which functions do the survivors still perform? Before pruning (`findings.functions`: positional, syntactic per
+# relation, rare-word), then after each run, re-measured on the pruned model.
 
 # %%
-shares = P.survivor_role_shares(runs, roles, n_heads)              # [(lam, kept, share kept, share all)]
-for lam, kept, s_kept, s_all in shares:
-    print(f"lambda {lam:g}: {kept} head{'s' if kept != 1 else ''} kept, {s_kept:.0%} of them have a role "
-          f"(all heads: {s_all:.0%})")
+from minihead import findings
+before = findings.functions(roles, report)
+print(f"before pruning ({n_heads} heads): {', '.join(before) or 'none'}")
+for r in sorted(runs, key=lambda r: -r["n_retained"]["enc"]):
+    lost = [f for f in before if f not in r["functions_after"]]
+    print(f"lambda {r['lam']:g}: {r['n_retained']['enc']} heads kept -> {', '.join(r['functions_after']) or 'none'}"
+          + (f" (lost: {', '.join(lost)})" if lost else ""))
 print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions remain at 17 heads")
 
 # %% [markdown]
@@ -205,25 +216,32 @@ print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions
 #
 # 1. **Most heads can go at a small cost** (`findings.most_encoder_heads_prunable`). Paper: 10 of 48 encoder heads
 #    kept within 0.15 BLEU (WMT), 4 of 48 within 0.25 (OpenSubtitles). Criterion: some run within
-#    `paper.PRUNE_BLEU_TOLERANCE` BLEU of the model **before** pruning (which no training noise moves) keeps at
-#    most `paper.PRUNE_KEEP_SHARE` of the encoder heads.
-# 2. **The specialised heads survive** (`findings.specialised_heads_survive`). Paper: positional, syntactic and
-#    rare-word heads are the last to be pruned. Criterion: in every run of section 4's last table, role-carrying
-#    heads make up a larger share of the survivors than of all heads; this needs heads with a role (chapter 3).
+#    `paper.PRUNE_BLEU_TOLERANCE` BLEU of its reference (the $\lambda = 0$ run at the same step) keeps at most
+#    `paper.PRUNE_KEEP_SHARE` (a third) of the encoder heads: "most" pruned.
+# 2. **The head functions survive** (`findings.functions_survive`). Paper: at 17 of 48 heads all three functions
+#    remain. Criterion: the run keeping the most heads among those keeping at most a third still performs every
+#    function of the unpruned model, roles re-measured on the pruned model; untestable when no run keeps a third
+#    or fewer.
+# 3. **Heads with a role are pruned last** (`findings.role_closing`, pooled): the Spearman correlation between each
+#    head's role score (`findings.role_score`: how far past its nearest role line) and the $\lambda$ at which the
+#    sweep first prunes it, one Fisher-z test over the seeds.
 #
-# A finding that held in **all** seeds is asserted for this model too; one that held in **some** is shown with each
-# seed's numbers; one that held in **none** is stated as not reproduced. Where no study over seeds exists (the full
-# scale, for now) the cell prints this model's verdicts and asserts no claim. The assertions at its end are about
-# the sweep itself.
+# A per-model finding that holds in every seed is asserted for this model too; a pooled one is stated with its
+# test; one that varies is shown; one that does not hold is stated as not reproduced; an untestable one says why.
+# The assertions at its end are about the sweep itself.
 
 # %%
 from minihead import findings
 from minihead.reproduce import judge_against_study
 
-CLAIMS = ("prunable", "specialised_survive")
-verdicts = {"prunable": findings.most_encoder_heads_prunable(runs, base["bleu"], n_heads),   # as study_verdicts
-            "specialised_survive": findings.specialised_heads_survive(runs, roles, n_heads)}
-pv, sv = verdicts["prunable"], verdicts["specialised_survive"]
+from minihead.importance import rank_agreement as spearman
+
+CLAIMS = ("prunable", "functions_survive", "role_closing")
+closing = findings.closing_lambda(runs, cfg.n_enc_layers, cfg.n_heads)      # (L, H) lambda that first prunes a head
+verdicts = {"prunable": findings.most_encoder_heads_prunable(runs, n_heads),     # as findings.study_verdicts
+            "functions_survive": findings.functions_survive(runs, before, n_heads),
+            "role_closing": findings.rank_agreement(spearman(findings.role_score(report), closing), n_heads)}
+pv, fv = verdicts["prunable"], verdicts["functions_survive"]
 by_lam = sorted(runs, key=lambda r: r["lam"])
 kept_by_lam = [r["n_retained"]["enc"] for r in by_lam]
 settled = [r["settled_share"] for r in runs]
@@ -236,13 +254,11 @@ print(f"this model ({study.name}): every run stopped with {min(settled):.0%} or 
          "different numbers of heads in " + ", ".join(f"lambda {r['lam']:g}" for r in runs
                                                       if r["n_retained"] != r["n_retained_continuous"]))
       + f"; heads kept by increasing lambda {kept_by_lam}.")
-print(f"  1. the fewest encoder heads kept within {findings.PRUNE_BLEU_TOLERANCE:g} BLEU of the model before "
-      f"pruning: {pv.kept} of {pv.n_heads} (BLEU {pv.bleu_kept:.2f} against {pv.bleu_full:.2f}); criterion at most "
-      f"{findings.PRUNE_KEEP_SHARE:.0%} of the heads"
+print(f"  1. {pv.text()}; criterion at most a third ({int(findings.PRUNE_KEEP_SHARE * n_heads)}) of the heads"
       + (f"; with no encoder head at all (lambda {none_kept[0]['lam']:g}) BLEU changed by "
-         f"{none_kept[0]['bleu'] - base['bleu']:+.2f}" if none_kept else ""))
-print(f"  2. {len(with_role)} of {n_heads} encoder heads have a role; they are over-represented among the "
-      f"survivors in {sv.runs_held} of the {sv.runs} runs judged")
+         f"{none_kept[0]['bleu'] - none_kept[0]['ref_bleu']:+.2f} against its reference" if none_kept else ""))
+print(f"  2. {len(with_role)} of {n_heads} encoder heads have a role; {fv.text()}")
+print(f"  3. role score against the lambda that first prunes a head: {verdicts['role_closing'].text()}")
 print("  paper:", ", ".join(f"{d}: {k} of 48 kept, {b:+.2f} BLEU" for d, k, b in paper.ENCODER_PRUNING))
 
 print()

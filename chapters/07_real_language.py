@@ -135,8 +135,7 @@ if HAVE_DATA:
     v_few = findings.few_heads(tq, cfg.n_heads)
     print(f"one model, {'quick' if QUICK else 'full'} scale, EWT dev trees (printed, not asserted):")
     for name, v in (("positional", v_pos), ("syntactic", v_syn), ("rare_word", v_rare), ("few_heads", v_few)):
-        print(f"  {findings.FINDINGS[name]}: {'holds' if v.held else 'does not hold'}; "
-              + ", ".join(f"{k} {findings.fmt(x)}" for k, x in v.numbers().items()))
+        print(f"  {findings.what(name)}: {v.status}{' (' + v.reason + ')' if v.reason else ''}; {v.text()}")
     print("  best margin per relation (points):", ", ".join(f"{r} {d} {100 * m:+.1f}" for r, d, m in v_syn.best_margins))
 else:
     print("skipped: no real data")

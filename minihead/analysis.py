@@ -15,7 +15,7 @@ Functions: :func:`encoder_word_maps`, :func:`decoder_maps`, :func:`unknown_words
 import os
 from dataclasses import dataclass, replace
 
-from . import backend, roles
+from . import backend, paper, roles
 from .backend import xp
 from .data.bpe import CONT, piece_to_word
 from .data.vocab import UNK, batches
@@ -49,7 +49,7 @@ def _segment(words, bpe, i):
 
 
 def encoder_word_maps(params, cfg, vocab, src_token_lists, bpe=None, from_word="first",
-                      max_tokens=4000):
+                      max_tokens=4000, gates=None):
     """Encoder self-attention of every sentence over its words: a list of (L, H, W, W) arrays.
 
     The encoder sees each sentence as ``vocab.encode(tokens) + [EOS]`` (unknown tokens become UNK
@@ -59,7 +59,8 @@ def encoder_word_maps(params, cfg, vocab, src_token_lists, bpe=None, from_word="
     :mod:`minihead.roles`). With a ``bpe`` model the words are segmented first and the piece maps
     folded back into words by :func:`minihead.roles.aggregate_attention`: attention TO a word sums
     over its pieces, attention FROM a word is its first piece's row (``from_word="first"``) or the
-    mean of its pieces' rows (``"mean"``). Returned in input order, as backend (xp) arrays.
+    mean of its pieces' rows (``"mean"``). ``gates``: the head gates of a pruned model (its heads' outputs
+    scaled as in training; a closed head still has a map). Returned in input order, as backend (xp) arrays.
     """
     if from_word not in ("first", "mean"):
         raise AnalysisError(f"from_word must be 'first' or 'mean', got {from_word!r}")
@@ -70,7 +71,7 @@ def encoder_word_maps(params, cfg, vocab, src_token_lists, bpe=None, from_word="
     src_ids = [vocab.encode(pieces) for pieces, _ in segmented]
     out = [None] * len(sents)
     for batch in batches(src_ids, [[] for _ in src_ids], max_tokens):
-        _, cache = encoder_forward(params, cfg, batch.src, batch.src_mask)        # rng=None: no dropout
+        _, cache = encoder_forward(params, cfg, batch.src, batch.src_mask, gates)  # rng=None: no dropout
         A = xp.stack([c["self"]["f"]["A"] for c in cache["layers"]], axis=1)    # (B, L, H, S, S)
         for row, i in enumerate(batch.index):
             n = len(src_ids[i])                    # real tokens; EOS sits at column n, padding after
@@ -159,18 +160,19 @@ class RolesReport:
 
 
 def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_word="first",
-               max_tokens=4000, match="exact"):
+               max_tokens=4000, match="exact", gates=None):
     """Run the whole analysis of Voita et al. 2019, sec. 5 on gold ``trees`` (Sentence objects).
 
     ``src_freq``: training frequency of each source WORD, keyed like the trees' forms (case
     included; unseen = 0) -- word counts, not BPE piece counts, since the maps are over words;
     None skips the rare-word measure (``rare`` is then None).
-    ``top_n``: the N of "rarest token outside the N most frequent" (default
-    :func:`minihead.roles.default_top_n` of the number of word types in ``src_freq``). ``match``:
+    ``top_n``: the N of "rarest token outside the N most frequent" (default the paper's 500; pass
+    :func:`minihead.roles.default_top_n` of the vocabulary for the same fraction of it). ``match``:
     label matching of :func:`minihead.roles.dependency_arcs` ("exact": ``nsubj`` without
     ``nsubj:pass``). Positional heads are judged on the queries where the offset exists
     (``shares_possible``, :func:`minihead.roles.positional_shares`' default), the all-queries ``shares`` shown
-    beside; syntactic accuracy and its offset baseline count query tokens (sec. 5.2).
+    beside; syntactic accuracy and its offset baseline count query tokens (sec. 5.2). ``gates``: a pruned
+    model's head gates (its roles re-measured as pruned, Figure 8).
     """
     trees = list(trees)
     if not trees:
@@ -179,7 +181,7 @@ def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_w
         raise AnalysisError(f"head_roles: src_freq has BPE pieces (keys ending in {CONT!r}); "
                             f"give word frequencies of the training source")
     words = [list(t.tokens) for t in trees]
-    maps = encoder_word_maps(params, cfg, vocab, words, bpe, from_word, max_tokens)
+    maps = encoder_word_maps(params, cfg, vocab, words, bpe, from_word, max_tokens, gates)
     confidence = roles.confidence(maps)
     shares = roles.positional_shares(maps, possible_only=False)
     shares_possible = roles.positional_shares(maps, possible_only=True)
@@ -195,10 +197,10 @@ def head_roles(params, cfg, vocab, trees, src_freq, bpe=None, top_n=None, from_w
     return RolesReport(
         n_layers=cfg.n_enc_layers, n_heads=cfg.n_heads, words=words, maps=maps,
         confidence=confidence, shares=shares, shares_possible=shares_possible,
-        positional=roles.positional_heads(shares_possible, confidence=confidence), acc=acc, counts=counts, baseline=baseline,
+        positional=roles.positional_heads(shares_possible), acc=acc, counts=counts, baseline=baseline,
         offsets=offsets, syntactic=roles.syntactic_heads(acc, baseline),
         table=roles.table1(acc, baseline, counts), rare=rare,
-        roles=roles.classify_heads(shares_possible, acc, baseline, rare, confidence=confidence),
+        roles=roles.classify_heads(shares_possible, acc, baseline, rare),
         n_words=sum(len(w) for w in words), n_unknown=len(unknown_words(vocab, words, bpe)))
 
 
@@ -412,7 +414,8 @@ def cmd_roles(a):
     else:
         print(f"word frequencies from {source}")
         print(format_rare(report))
-        print(f"\nrare-word head (>= 3 x chance): {report.heads_with('rare') or 'none'}")
+        print(f"\nrare-word head (a first-layer head on the rarest token >= {paper.RARE_SHARE:.0%} of the time): "
+              f"{report.heads_with('rare') or 'none'}")
     out = a.out or os.path.join(os.path.dirname(os.path.abspath(a.checkpoint)), "roles")
     paths = save_figures(report, out)
     print(f"\nfigures: {', '.join(paths)}")

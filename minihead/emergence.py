@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import findings, study
+from . import findings, paper, study
 from .errors import MiniheadError
 
 
@@ -57,13 +57,18 @@ def head_roles_of(r):
 
 def prune_seed(s, r, lambdas, steps=600, n_test=300, progress=True):
     """Prune the encoder heads of study ``s`` at each lambda (cached beside the model) and judge, on the roles
-    that the seed's measurement ``r`` found: :func:`minihead.findings.most_encoder_heads_prunable` and
-    :func:`minihead.findings.specialised_heads_survive`. Returns a plain dict."""
-    from .prune import baseline, sweep
+    that the seed's measurement ``r`` found: :func:`minihead.findings.most_encoder_heads_prunable` (each run
+    against the lambda = 0 run at its step) and :func:`minihead.findings.functions_survive` (roles re-measured on
+    each pruned model, on the dev trees this command measures on). Returns a plain dict."""
+    from .prune import baseline, sweep, with_reference
+    from .reproduce import functions_after, roles_stage
     n_enc = s.cfg.n_enc_layers * s.cfg.n_heads
     roles = head_roles_of(r)
     base = baseline(s, n_test=n_test)
-    runs = sweep(s, lambdas, "enc", steps, n_test=n_test, progress=progress)
+    runs = sweep(s, lambdas, "enc", steps, n_test=n_test, progress=progress, after=functions_after(s, split="dev"))
+    runs = with_reference(s, runs, n_test=n_test)
+    rep = roles_stage(s, split="dev")
+    before = findings.functions(rep.roles, rep)
     kept = [{"lam": float(x["lam"]), "bleu": float(x["bleu"]),
              "heads": [[l, h] for l, row in enumerate(x["retained"]["enc"]) for h, k in enumerate(row) if k]}
             for x in runs]
@@ -71,8 +76,8 @@ def prune_seed(s, r, lambdas, steps=600, n_test=300, progress=True):
         k["with_role"] = [lh for lh in k["heads"] if tuple(lh) in roles]
     return json.loads(json.dumps({
         "bleu_before": float(base["bleu"]), "n_enc": n_enc, "roles": [[l, h, sorted(v)] for (l, h), v in roles.items()],
-        "runs": kept, "prunable": findings.most_encoder_heads_prunable(runs, base["bleu"], n_enc).to_dict(),
-        "specialised_survive": findings.specialised_heads_survive(runs, roles, n_enc).to_dict()}))
+        "runs": kept, "prunable": findings.most_encoder_heads_prunable(runs, n_enc).to_dict(),
+        "functions_survive": findings.functions_survive(runs, before, n_enc).to_dict()}))
 
 
 def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True, prune_lambdas=(), prune_steps=600,
@@ -263,8 +268,8 @@ def trace_table(traces):
     for step in sorted(by_step):
         lines.append(f"| {step} | " + " | ".join(by_step[step].get(k, "") for k in seeds) + " |")
     lines.append("")
-    lines.append(f"* a positional head (share >= {findings.POSITIONAL_SHARE}, confidence > "
-                 f"{findings.POSITIONAL_CONFIDENCE}); relations: how many of the 4 have a syntactic head")
+    lines.append(f"* a positional head (share >= {findings.POSITIONAL_SHARE}; the paper observes confidence > "
+                 f"{paper.POSITIONAL['min_confidence']}); relations: how many of the 4 have a syntactic head")
     return "\n".join(lines)
 
 
@@ -301,9 +306,9 @@ def plot_trace(docs, labels=None, axes=None):
             for ax in axes:
                 ax.axvline(stop, color="grey", ls=":", lw=0.8)
     axes[0].axhline(findings.POSITIONAL_SHARE, color="k", lw=0.8)
-    axes[1].axhline(findings.POSITIONAL_CONFIDENCE, color="k", lw=0.8)
+    axes[1].axhline(paper.POSITIONAL["min_confidence"], color="k", lw=0.8)
     handles.append(Line2D([], [], color="k", lw=0.8, label=f"criterion: share {findings.POSITIONAL_SHARE:g}, "
-                                                          f"confidence {findings.POSITIONAL_CONFIDENCE:g}"))
+                                                          f"confidence {paper.POSITIONAL['min_confidence']:g} (observed by the paper)"))
     if stopped:
         handles.append(Line2D([], [], color="grey", ls=":", lw=0.8, label="the preset stops here"))
     for ax, title in zip(axes, ("best +-1 head: share of argmaxes", "its confidence",
@@ -341,13 +346,13 @@ def summary(results):
                      f"| {held} ({rels}) | {rare} |")
     n = len(results)
     lines.append("")
-    lines.append(f"positional head (share >= {findings.POSITIONAL_SHARE}, confidence > "
-                 f"{findings.POSITIONAL_CONFIDENCE}): {sum(r.positional['held'] for r in results)} of {n} seeds")
+    lines.append(f"positional head (share >= {findings.POSITIONAL_SHARE}): "
+                 f"{sum(r.positional['held'] for r in results)} of {n} seeds")
     for k in (2, 3):
         lines.append(f"syntactic heads for >= {k} of the 4 relations (>= {findings.SYNTACTIC_MARGIN * 100:.0f} "
                      f"points over the offset baseline): "
                      f"{sum(len(r.syntactic['relations_held']) >= k for r in results)} of {n} seeds")
-    lines.append(f"rare-word head (>= {findings.RARE_FACTOR} x chance): "
+    lines.append(f"rare-word head (first layer, >= {findings.RARE_SHARE:.0%} on the rarest token): "
                  f"{sum(bool(r.rare['held']) for r in results)} of {n} seeds")
     if all(r.pruning for r in results):
         lines += ["", "Encoder heads pruned (hard-concrete gates; heads with a role marked *):", "",
@@ -359,8 +364,8 @@ def summary(results):
                              for k in p["runs"])
             lines.append(f"| {r.seed} | {roles} | {p['bleu_before']:.1f} | {runs} |")
         lines.append("")
-        for name in ("prunable", "specialised_survive"):
-            lines.append(f"{findings.FINDINGS[name]}: {sum(bool(r.pruning[name]['held']) for r in results)} of {n} seeds")
+        for name in ("prunable", "functions_survive"):
+            lines.append(f"{findings.what(name)}: {sum(bool(r.pruning[name]['held']) for r in results)} of {n} seeds")
     return "\n".join(lines)
 
 
@@ -459,7 +464,7 @@ def study_doc(results, config, data, n_trees, overrides):
     per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps,
                  "findings": {"positional": r.positional, "syntactic": r.syntactic, "rare_word": r.rare,
                               **({"prunable": r.pruning["prunable"],
-                                  "specialised_survive": r.pruning["specialised_survive"]} if r.pruning else {})}}
+                                  "functions_survive": r.pruning["functions_survive"]} if r.pruning else {})}}
                 for r in results]
     return {"study": config, "seeds": [r.seed for r in results], "blas_threads": study.blas_threads(),
             "per_seed": per_seed, "summary": findings.summarize([p["findings"] for p in per_seed]),

@@ -38,7 +38,7 @@ import inspect
 import os
 from dataclasses import asdict, dataclass, replace
 
-from . import backend, checkpoint, paper
+from . import backend, checkpoint
 from .cache import cached_json, key_hash   # the stage cache (minihead/cache.py)
 from .backend import xp
 from .data.vocab import batches
@@ -165,7 +165,7 @@ def gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, reduction="sum",
 
 def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=0.1, lr_params=1e-3,
           reduction="sum", max_tokens=2500, seed=0, clip=1.0, log_every=25, train_params="auto",
-          init=LOG_ALPHA_OPEN, hc=None, settle=0.9, progress=False):
+          init=LOG_ALPHA_OPEN, hc=None, settle=0.9, progress=False, on_step=None):
     """Continue training a converged model with hard-concrete gates on the heads of ``kinds``, until the gates
     settle or for at most ``steps`` steps.
 
@@ -178,7 +178,9 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=
     are visited in an order shuffled per epoch by (seed, epoch). Every ``log_every`` steps the settled share
     (gates with max(P(g = 0), P(g = 1)) > SETTLED_AT, :func:`minihead.gates.settled_share`) is logged; with
     ``settle`` (a share in (0, 1]; None: always run ``steps``) the run stops at the first logged step where it
-    is >= ``settle``. Same seed, same numbers. Returns a :class:`PruneResult` (binary and continuous readouts)."""
+    is >= ``settle``. ``on_step(step, params, log_alpha)``, if given, is called after every step (the step-matched
+    reference evaluates the run there). Same seed, same numbers. Returns a :class:`PruneResult` (binary and
+    continuous readouts)."""
     kinds = check_kinds(kinds)
     joint = lr_gates is None
     if (steps < 1 or lam < 0 or lr_params < 0 or (not joint and lr_gates <= 0) or (joint and lr_params <= 0)
@@ -216,6 +218,8 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, *, lr_gates=
             clip_grad_norm(g_model, clip)
             opt_model.step(params, g_model, lr_params)
         ce_acc, n_acc = ce_acc + float(ce), n_acc + 1
+        if on_step is not None:
+            on_step(step, params, log_alpha)
         if step % log_every == 0 or step == steps:
             _, kept = deterministic_gates(log_alpha, hc)
             _, kept_c = deterministic_gates(log_alpha, hc, "continuous")
@@ -286,19 +290,6 @@ def specialised_share(retained, roles):
 
 # --------------------------------------------------------------------------- what a sweep shows
 # One copy of each reading of the sweeps, for chapters 5 and 6 and the reproduce report.
-def survivor_role_shares(runs, roles, n_heads):
-    """Figure 8's claim, run by run: (lam, heads kept, share of role-carrying heads among the survivors, share
-    among all heads) for every encoder run of :func:`sweep` that kept at most ``paper.PRUNE_KEEP_SHARE`` (half)
-    of the n_heads encoder heads and at least one. The claim (specialised heads survive longest) holds where the first share
-    exceeds the second."""
-    out = []
-    for r in sorted(runs, key=lambda r: -r["n_retained"]["enc"]):
-        kept = r["n_retained"]["enc"]
-        if 0 < kept <= n_heads * paper.PRUNE_KEEP_SHARE:
-            out.append((r["lam"], kept, *specialised_share(xp.asarray(r["retained"]["enc"]), roles)))
-    return out
-
-
 def retained_shares(run, cfg):
     """kind -> share of that kind's heads retained by one run of :func:`prune_study`."""
     return {k: n / (cfg.n_layers(k) * cfg.n_heads) for k, n in run["n_retained"].items()}
@@ -376,13 +367,15 @@ def _tolist(masks):
     return {k: backend.to_host(v).tolist() for k, v in masks.items()}
 
 
-def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_kw):
+def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, after=None, **prune_kw):
     """:func:`prune` the study model at one lambda and score it on the test set, cached under
     ``runs/<study>/prune-<kinds>-<lambda>-<hash>.json`` (hash of every setting of :func:`prune`, defaults
     included, the model's fingerprint and n_test). Returns a dict: lam, kinds, retained / gates / log_alpha (kind -> nested lists),
     n_retained (kind -> int), bleu (all three under the paper's binary readout), their continuous twins
     retained_continuous / gates_continuous / n_retained_continuous / bleu_continuous (the official code's readout),
-    settled_share, steps_used, settled, history, cached."""
+    settled_share, steps_used, settled, history, cached. ``after``: (name, settings, measure), where
+    ``measure(params, gates, retained)`` -> a JSON-able dict measured on the pruned model (the head roles
+    re-measured with its gates) and stored under ``name``; ``settings`` (what determines it) join the cache key."""
     kinds = check_kinds(kinds)
     # the key holds every keyword setting of prune(), defaults included, so a changed default is a new key
     defaults = _PRUNE_DEFAULTS
@@ -391,10 +384,13 @@ def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_k
         raise PruneError(f"prune_study: unknown pruning settings {sorted(unknown)}; prune() takes {sorted(defaults)}")
     settings = {**defaults, **prune_kw}
     settings.pop("progress")
+    settings.pop("on_step")
     hc = settings.pop("hc") or HardConcrete()
     settings.update({"kinds": list(kinds), "lam": float(lam), "steps": int(steps), "hc": asdict(hc)})
     prune_kw = {k: v for k, v in prune_kw.items() if k != "hc"}
     key = {**study_key(study, n_test), "what": "prune", **settings}
+    if after is not None:
+        key["after"] = [after[0], after[1]]
     path = os.path.join(_cache_dir(study, cache_dir), f"prune-{kinds_tag(kinds)}-{lam:g}-{key_hash(key)}.json")
 
     def compute():
@@ -408,22 +404,62 @@ def prune_study(study, kinds, lam, steps, n_test=None, cache_dir=None, **prune_k
                 "bleu_continuous": score_c, "retained_continuous": _tolist(r.retained_continuous),
                 "gates_continuous": _tolist(r.gates_continuous),
                 "n_retained_continuous": {k: int(r.retained_continuous[k].sum()) for k in kinds},
-                "settled_share": r.settled_share, "steps_used": int(r.steps_used), "settled": bool(r.settled)}
+                "settled_share": r.settled_share, "steps_used": int(r.steps_used), "settled": bool(r.settled),
+                **({after[0]: after[2](r.params, r.gates, r.retained)} if after is not None else {})}
     return cached_json(path, key, compute)
 
 
-def sweep(study, lambdas, kinds=("enc",), steps=300, cache_dir=None, n_test=None, progress=True, **prune_kw):
+def sweep(study, lambdas, kinds=("enc",), steps=300, cache_dir=None, n_test=None, progress=True, after=None,
+          **prune_kw):
     """:func:`prune_study` for each lambda (Figure 7: BLEU against retained heads; Figure 8: which heads
     survive). Returns the list of result dicts in the order of ``lambdas``."""
     out = []
     for lam in lambdas:
-        r = prune_study(study, kinds, lam, steps, n_test=n_test, cache_dir=cache_dir, **prune_kw)
+        r = prune_study(study, kinds, lam, steps, n_test=n_test, cache_dir=cache_dir, after=after, **prune_kw)
         if progress:
             print(f"lambda {lam:g}: retained {r['n_retained']} (continuous {r['n_retained_continuous']}), test BLEU "
                   f"{r['bleu']:.2f} (continuous {r['bleu_continuous']:.2f}), settled {r['settled_share']:.2f} after "
                   f"{r['steps_used']} steps" + (" (cached)" if r["cached"] else ""))
         out.append(r)
     return out
+
+
+def reference_bleu(study, kinds, at_steps, n_test=None, cache_dir=None, **prune_kw):
+    """The step-matched reference of a sweep (sec. 6.2: pruning runs also train on, so each is compared with a
+    model trained for the same steps): one lambda = 0 run of :func:`prune` with the same settings, run to the
+    largest of ``at_steps`` without stopping when settled, scored on the test set (binary gates of that moment)
+    after each step in ``at_steps``. The same seed draws the same batches and gate noise, so its first n steps ARE
+    the lambda = 0 run of n steps. Cached as prune-reference-<hash>.json. Returns {step: BLEU}."""
+    kinds = check_kinds(kinds)
+    at = sorted({int(t) for t in at_steps})
+    settings = {**_PRUNE_DEFAULTS, **prune_kw}
+    for k in ("progress", "on_step", "hc", "settle"):
+        settings.pop(k, None)
+    key = {**study_key(study, n_test), "what": "reference", "kinds": list(kinds), "at": at, **settings}
+    path = os.path.join(_cache_dir(study, cache_dir), f"prune-reference-{key_hash(key)}.json")
+    src, ref = study.splits["test"]
+
+    def compute():
+        scores = {}
+
+        def score(step, params, log_alpha):
+            if step in at:
+                gates, _ = deterministic_gates(log_alpha)
+                scores[str(step)] = gated_bleu(params, study.cfg, study.vocab, src, ref, gates=gates, n=n_test)
+        prune(study.params, study.cfg, study.corpus, kinds, 0.0, max(at), settle=None, on_step=score,
+              **{k: v for k, v in prune_kw.items() if k not in ("settle", "progress")})
+        return {"bleu": scores}
+    return {int(k): v for k, v in cached_json(path, key, compute)["bleu"].items()}
+
+
+def with_reference(study, runs, n_test=None, cache_dir=None, **prune_kw):
+    """The runs of an encoder :func:`sweep`, each with ``ref_bleu``: the BLEU of the lambda = 0 run at the step
+    where that run stopped (:func:`reference_bleu`)."""
+    if not runs:
+        return runs
+    ref = reference_bleu(study, runs[0]["kinds"], [r["steps_used"] for r in runs], n_test=n_test,
+                         cache_dir=cache_dir, **prune_kw)
+    return [{**r, "ref_bleu": ref[int(r["steps_used"])]} for r in runs]
 
 
 # --------------------------------------------------------------------------- from scratch (Table 2)

@@ -115,19 +115,41 @@ def importance_summary(imp):
             "rho_michel_ablation": rank_agreement(mich, abl)}
 
 
-def roles_stage(study, n_trees=None):
-    """Head roles on the first ``n_trees`` dev trees (all by default)."""
+def roles_stage(study, n_trees=None, split=None, gates=None, params=None):
+    """Head roles on the first ``n_trees`` trees of ``split`` (default :data:`ROLES_SPLIT`, the test trees: the
+    recipes were chosen on dev, so roles are judged on trees they were not tuned on). ``params`` / ``gates``: a
+    pruned model's (its roles re-measured as pruned)."""
     from .analysis import head_roles
-    return head_roles(study.params, study.cfg, study.vocab, study.trees["dev"][:n_trees], study.corpus.src_freq)
+    trees = study.trees[split or ROLES_SPLIT][:n_trees]
+    return head_roles(study.params if params is None else params, study.cfg, study.vocab, trees,
+                      study.corpus.src_freq, gates=gates)
+
+
+ROLES_SPLIT = "test"     # the split whose gold trees judge the head roles (dev is for choosing recipes)
+
+
+def functions_after(study, n_trees=None, split=None):
+    """The ``after`` measure of an encoder sweep (:func:`minihead.prune.prune_study`): the functions of the
+    pruned model's SURVIVING heads, roles re-measured with its gates on the judged trees (Figure 8 shows the
+    heads left after pruning). Returns (name, settings, measure)."""
+    def measure(params, gates, retained):
+        rep = roles_stage(study, n_trees, split, gates=gates, params=params)
+        m = backend.to_host(retained["enc"])
+        survivors = {(l, h) for l in range(m.shape[0]) for h in range(m.shape[1]) if m[l, h]}
+        return findings.functions(rep.roles, rep, heads=survivors)
+    return ("functions_after", {"split": split or ROLES_SPLIT, "n_trees": n_trees, "criteria": findings.CRITERIA_VERSION},
+            measure)
 
 
 def prune_stages(study, s, progress, done=lambda stage: None):
     """Test BLEU before pruning, the encoder-head sweep, the all-attention sweep and the most pruned
     all-attention configurations trained from scratch; ``done(stage)`` is called after each of the last three."""
-    from .prune import baseline, from_scratch, scratch_budget, sweep
+    from .prune import baseline, from_scratch, scratch_budget, sweep, with_reference
     kw = s.get("prune", {})
     base = baseline(study, n_test=s["n_test"])
-    enc = sweep(study, s["enc_lambdas"], "enc", s["prune_steps"], n_test=s["n_test"], progress=progress, **kw)
+    enc = sweep(study, s["enc_lambdas"], "enc", s["prune_steps"], n_test=s["n_test"], progress=progress,
+                after=functions_after(study, s.get("n_trees")), **kw)
+    enc = with_reference(study, enc, n_test=s["n_test"], **kw)     # each run beside lambda = 0 at its step
     done("prune encoder")
     allk = sweep(study, s["all_lambdas"], "all", s["prune_steps"], n_test=s["n_test"], progress=progress,
                  **{**kw, **s.get("prune_all", {})})
@@ -162,9 +184,12 @@ def plot_encoder_pruning(enc, base_bleu, n_heads):
     from . import figures
     fig, axes = figures.new_figure(figsize=(5.2, 3.4))
     ax = axes[0, 0]
-    pts = sorted((r["n_retained"]["enc"], r["bleu"]) for r in enc)
+    pts = sorted((r["n_retained"]["enc"], r["bleu"], r.get("ref_bleu")) for r in enc)
     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="pruned (encoder heads)")
-    ax.axhline(base_bleu, ls="--", c="gray", label=f"all {n_heads} heads")
+    if all(p[2] is not None for p in pts):
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], "x:", c="black",
+                label="lambda = 0 run at the same step (reference)")
+    ax.axhline(base_bleu, ls="--", c="gray", label=f"all {n_heads} heads, before pruning")
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(-0.5, n_heads + 0.5)
@@ -290,9 +315,9 @@ def head_functions_caption(roles, enc, n_layers, n_heads):
         per_run.append(f"{r['n_retained']['enc']} (lambda {r['lam']:g}: {c['positional']} / {c['syntactic']} / "
                        f"{c['rare']})")
     ps = paper.SURVIVOR_ROLES_AT_48
-    return (f"*Head functions, Figure 8's kind (`head_functions.png`).* Paper, Figure 8 (WMT): of {_N48} encoder heads "
+    return (f"*Head functions, Figure 8's kind (`head_functions.png`).* Paper, Figure 8 (WMT): of {paper.SETTING['encoder_heads']} encoder heads "
             f"{ps['positional']} positional, {ps['syntactic']} syntactic, {ps['rare']} rare-word, {ps['other']} "
-            f"other; {PAPER_SAYS['specialised_survive']}. This model: of {len(heads)} encoder heads "
+            f"other; {PAPER_SAYS['functions_survive']}. This model: of {len(heads)} encoder heads "
             f"{mine['positional']} positional, {mine['syntactic']} syntactic, {mine['rare']} rare-word, "
             f"{mine['other']} with no role; heads kept per run (of them positional / syntactic / rare-word): "
             + ("; ".join(per_run) or "no run") + ".")
@@ -315,85 +340,24 @@ def encoder_pruning_caption(v, base_bleu, n_heads):
     """The report's caption of :func:`plot_encoder_pruning`: the paper's Figure 7 number beside this model's
     knee (the "prunable" verdict ``v``)."""
     return (f"*Encoder-head pruning, Figure 7's kind (`prune_encoder.png`).* Paper, Figure 7: {PAPER_SAYS['prunable']}. "
-            f"This model: {v.kept} of {n_heads} kept, {v.bleu_kept - v.bleu_full:+.2f} BLEU (all heads: "
-            f"{base_bleu:.2f}).")
+            f"This model: {v.text()} (before pruning: {base_bleu:.2f}).")
 
 
-# what the paper reports for each finding (the report's "paper" column)
-_N48 = paper.SETTING["encoder_heads"]          # the paper's numbers come from minihead/paper.py
-_N_TABLE2 = sum(len(rows) for rows in paper.TABLE2.values())
-PAPER_SAYS = {
-    "few_heads": "few heads dominate", "relevance_ablation": "important heads matter", "confident": "yes",
-    "positional": f"{paper.SURVIVOR_ROLES_AT_48['positional']} of {_N48} (WMT)",
-    "syntactic": "nsubj, dobj, amod, advmod",
-    "rare_word": f"{paper.RARE['rarest']['OpenSubtitles']:.0%} (OpenSubtitles)",
-    "prunable": "{1} of {0} kept, {2:+.2f} BLEU ({3})".format(_N48, *paper.ENCODER_PRUNING[0][1:],
-                                                               paper.ENCODER_PRUNING[0][0].split()[0]),
-    "specialised_survive": f"all three functions remain at 17 of {_N48} heads",
-    "encoder_first": "yes", "decoder_layers": "yes", "pruned_vs_scratch": f"{_N_TABLE2} of {_N_TABLE2} configurations",
-}
+# what the paper reports for each finding (the report's "paper" column), from minihead.findings.FINDINGS
+PAPER_SAYS = {name: theirs for name, (_, theirs, _) in findings.FINDINGS.items()}
 
 
-def _holds(v):
-    """The report's "holds here" cell of a Verdict: yes, partly (some of its runs) or no."""
-    return "yes" if v.held else "partly" if getattr(v, "partly", False) else "no"
-
-
-def findings_rows(v, summ, cfg):
-    """The rows of the report's findings table, one per finding of :data:`minihead.findings.FINDINGS`, from the
-    verdicts ``v`` of :func:`minihead.findings.study_verdicts` (the "holds here" column is each verdict's) and
-    the importance summary ``summ`` (the other rules' numbers shown beside); ``cfg`` the model's."""
-    rows, n_enc = [], cfg.n_enc_layers * cfg.n_heads
-    tq_off = summ.get("top_quarter_share_official")
-    rows.append(f"| a few heads carry most relevance (share of the top quarter of heads, per layer, relevance per "
-                f"prediction) | {PAPER_SAYS['few_heads']} | z-rule magnitude shares (judged): "
-                f"{', '.join(f'{t:.2f}' for t in v['few_heads'].top_quarter)}"
-                + (f"; official variant: {', '.join(f'{t:.2f}' for t in tq_off)}" if tq_off else "")
-                + f"; z-rule signed shares: {', '.join(f'{t:.2f}' for t in summ['top_quarter_share'])} (uniform: "
-                f"{v['few_heads'].uniform:.2f}) | {_holds(v['few_heads'])} |")
-
-    def rhos(r):
-        return f"z-rule magnitude shares rho = {r.rho:.2f}" + ("" if r.rho_official is None else f", official variant {r.rho_official:.2f}")
-    rows.append(f"| relevance agrees with single-head ablation (Spearman) | {PAPER_SAYS['relevance_ablation']} | "
-                f"{rhos(v['relevance_ablation'])} | {_holds(v['relevance_ablation'])} |")
-    rows.append(f"| important heads are confident (Spearman relevance~confidence) | {PAPER_SAYS['confident']} | "
-                f"{rhos(v['confident'])} | {_holds(v['confident'])} |")
-    pos, syn, rare = v["positional"], v["syntactic"], v["rare_word"]
-    rows.append(f"| positional heads (>= {findings.POSITIONAL_SHARE:.0%} on -1 or +1 over the queries where the offset "
-                f"exists, confidence > {findings.POSITIONAL_CONFIDENCE}) | {PAPER_SAYS['positional']} | "
-                f"{len(pos.heads)} of {n_enc}; best L{pos.head[0]}H{pos.head[1]} ({pos.offset:+d}): {pos.share:.2f} "
-                f"(all queries {pos.share_all:.2f}), confidence {pos.confidence:.2f} | {_holds(pos)} |")
-    margins = ", ".join(f"{r} {d} {m * 100:+.0f}" for r, d, m in syn.best_margins)
-    rows.append(f"| syntactic heads (>= {findings.SYNTACTIC_MARGIN * 100:.0f} points above the offset baseline, per "
-                f"query token) | {PAPER_SAYS['syntactic']} | relations held: {', '.join(syn.relations_held) or 'none'} "
-                f"(best margin per relation: {margins}) | {_holds(syn)} |")
-    if rare.share is not None:
-        rows.append(f"| a head points to the rarest token (>= {findings.RARE_FACTOR:g} x chance) | {PAPER_SAYS['rare_word']} | "
-                    f"L{rare.head[0]}H{rare.head[1]}: {rare.share:.0%} vs chance {rare.chance:.0%} | {_holds(rare)} |")
-    pr = v["prunable"]
-    rows.append(f"| most encoder heads prunable at small cost | {PAPER_SAYS['prunable']} | {pr.kept} of {n_enc} "
-                f"kept within {findings.PRUNE_BLEU_TOLERANCE:g} BLEU ({pr.bleu_kept - pr.bleu_full:+.2f}) | {_holds(pr)} |")
-    sv = v["specialised_survive"]
-    rows.append("| specialised heads survive pruning longest (role-carrying share of the survivors > of all "
-                f"heads, runs keeping at most half) | {PAPER_SAYS['specialised_survive']} | "
-                + ("; ".join(f"{k} kept: {sk:.0%} vs {sa:.0%}" for _, k, sk, sa in sv.detail) or "no such run")
-                + f" | {_holds(sv)} |")
-    ef = v["encoder_first"]
-    rows.append("| encoder self-attention pruned first, decoder-encoder last (share retained, all types gated) | "
-                f"{PAPER_SAYS['encoder_first']} | enc / dec-self / dec-enc kept: " + "; ".join(
-                    "/".join(str(d["kept"][k]) for k in ("enc", "dec_self", "dec_enc"))
-                    for d in ef.detail)
-                + f" of {n_enc} each; encoder first to lose half in {sum(d['first'] for d in ef.detail)} of "
-                f"{ef.runs} runs | {_holds(ef)} |")
-    dl = v["decoder_layers"]
-    rows.append(f"| decoder self-attention survives in lower layers, decoder-encoder in higher | "
-                f"{PAPER_SAYS['decoder_layers']} | mean layer "
-                f"(middle {(cfg.n_dec_layers - 1) / 2:g}): "
-                + ("; ".join(f"{k} {ml:.2f}" for k, ml, _ in dl.detail) or "no type lost heads")
-                + f" | {_holds(dl)} |")
-    ps = v["pruned_vs_scratch"]
-    rows.append(f"| pruned beats the same configuration from scratch | {PAPER_SAYS['pruned_vs_scratch']} | {ps.runs_held} of "
-                f"{ps.runs} | {_holds(ps)} |")
+def findings_rows(v):
+    """The rows of one model's findings table, one per finding of :data:`minihead.findings.FINDINGS` in ``v``
+    ({name: Verdict}, :func:`minihead.findings.study_verdicts`): the paper's number, this model's, the criterion
+    and the verdict (with its reason where untestable or not measured; a pooled finding's verdict here is only
+    the sign of this model's number, the claim is judged over seeds)."""
+    rows = []
+    for name, x in v.items():
+        _, theirs, crit = findings.FINDINGS[name]
+        verdict = x.status + (f" ({x.reason})" if x.reason else "") + (" (this seed's sign; judged pooled over "
+                                                                       "seeds)" if name in findings.POOLED else "")
+        rows.append(f"| {findings.what(name)} | {theirs} | {x.text()} | {crit} | {verdict} |")
     return rows
 
 
@@ -423,9 +387,9 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
              f"Wall time of this run: {sum(elapsed.values()) / 60:.1f} min (cached stages are read, not recomputed): "
              + ", ".join(f"{k} {v / 60:.1f}" for k, v in elapsed.items()) + " min.", "",
              "## Findings, ours beside the paper's", "",
-             "| finding | paper | ours | holds here |", "|---|---|---|---|"]
-    v = verdicts or findings.study_verdicts(summ, rep, base, enc, allk, scratch, study.cfg)
-    lines += findings_rows(v, summ, study.cfg)
+             "| finding | paper | this model | criterion | verdict here |", "|---|---|---|---|---|"]
+    v = verdicts or findings.study_verdicts(summ, rep, enc, allk, scratch, study.cfg, imp=imp)
+    lines += findings_rows(v)
     paired = list(zip(allk[-len(scratch):], scratch)) if scratch else []
     lines += ["", f"![relevance]({figs['relevance']})", "",
               "*Head relevance and confidence, Figure 1's kind (`relevance.png`):* heads of each encoder layer sorted "
@@ -434,7 +398,7 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
               f"![pruning]({figs['prune']})", "", encoder_pruning_caption(v["prunable"], base["bleu"], L * H), "",
               f"![head functions]({figs['functions']})", "", head_functions_caption(rep.roles, enc, L, H), "",
               f"![all-attention pruning]({figs['prune_all']})", "", all_pruning_caption(allk, study.cfg), "",
-              "## Table 1 shape: best head and offset baseline per relation (dev trees)", "",
+              f"## Table 1 shape: best head and offset baseline per relation ({ROLES_SPLIT} trees)", "",
               __import__("minihead.analysis", fromlist=["format_table"]).format_table(rep), "",
               "## Encoder-head pruning sweep", "",
               "Heads kept and BLEU under the paper's binary gates (0 or 1, whichever point mass is larger), the official "
@@ -471,7 +435,7 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
 
 
 SWEEP_FIELDS = ("lam", "n_retained", "bleu", "n_retained_continuous", "bleu_continuous", "settled_share", "steps_used",
-                "settled")
+                "settled", "ref_bleu", "functions_after")
 
 
 def study_overrides(s, seed=None):
@@ -506,7 +470,7 @@ def run_study(s, out, progress=True, seed=None, runs=None, bar=None):
     rep = roles_stage(study, s.get("n_trees"))
     done("roles")
     base, enc, allk, scratch = prune_stages(study, s, progress, done)
-    verdicts = findings.study_verdicts(summ, rep, base, enc, allk, scratch, study.cfg)
+    verdicts = findings.study_verdicts(summ, rep, enc, allk, scratch, study.cfg, imp=imp)
     path = write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapsed, verdicts)
     bar.update(1)
     if own_bar:
@@ -547,15 +511,13 @@ def reproduce_seeds(seeds, s, out="report", progress=True, log=print, runs=None)
 
 
 def seeds_table(summary):
-    """The report's table over seeds: per finding, the seeds in which it holds (status all / some / none) and
-    each of its numbers as mean +- sd (each seed's value in brackets)."""
-    lines = ["| finding | paper | holds in | numbers: mean +- sd (per seed) |", "|---|---|---|---|"]
+    """The report's table over seeds: :func:`minihead.findings.findings_table` (finding, paper, this project,
+    criterion, verdict), then every number of every finding as mean +- sd (each seed's value in brackets)."""
+    lines = [findings.findings_table(summary), "", "| finding | numbers: mean +- sd (per seed) |", "|---|---|"]
     for name, f in summary.items():
         nums = "; ".join(f"{key} {findings.fmt(m)} +- {findings.fmt(sd)} ({', '.join(findings.fmt(x) for x in vals)})"
                          for key, (m, sd, vals) in f["numbers"].items() if m is not None)
-        partly = f", partly in {f['partly_in']}" if f.get("partly_in") else ""
-        lines.append(f"| {findings.FINDINGS.get(name, name)} | {PAPER_SAYS.get(name, '')} | "
-                     f"{f['held_in']} of {f['of']} ({f['status']}{partly}) | {nums or '-'} |")
+        lines.append(f"| {findings.what(name)} | {nums or '-'} |")
     return "\n".join(lines)
 
 
@@ -577,9 +539,10 @@ def write_seeds_report(out, s, per_seed):
              f"{sum(sum(p['seconds'].values()) for p in per_seed) / 60:.1f} min (cached stages are read, not "
              "recomputed).", "",
              "## Findings over seeds", "",
-             "A finding holds in a seed by the criterion of `minihead/findings.py` (the same as in each seed's "
-             "report). Status: all (holds in every seed), some, none. Numbers are fractions (shares, margins over "
-             "the offset baseline, Spearman rho) or BLEU; sd is the sample standard deviation over seeds.", "",
+             "Each finding is judged by its criterion in `minihead/findings.py`: a per-model finding in each seed "
+             "(holds: in every seed where it is testable; varies: in some), a correlation or difference by one test "
+             "pooled over the seeds. Numbers are fractions (shares, margins over the offset baseline, Spearman rho) "
+             "or BLEU; sd is the sample standard deviation over seeds.", "",
              seeds_table(summary), "", "## Each seed", "",
              "| seed | test BLEU | findings held | report |", "|---|---|---|---|"]
     for p in per_seed:
@@ -608,9 +571,11 @@ def study_provenance(s, data=None):
     provenance differs from today's is stale (:func:`load_shipped_study`)."""
     from .study import STUDY_FILES, data_fingerprint
     from .train import preset_settings
+    STUDY_FILES = STUDY_FILES + ("test.conllu",)       # the roles are judged on the test trees
     data = data or os.path.join(ROOT, "data_small")
     return json.loads(json.dumps({"scale": s, "preset": preset_settings(s["study"]),
-                                  "data": data_fingerprint(data, STUDY_FILES)}))
+                                  "data": data_fingerprint(data, STUDY_FILES), "criteria": findings.CRITERIA_VERSION,
+                                  "roles_trees": ROLES_SPLIT}))
 
 
 def load_shipped_study(name="quick"):
@@ -637,7 +602,7 @@ def load_shipped_study(name="quick"):
         raise MiniheadError(f"{path}: does not parse as a study ({exc}); {remake}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
         raise MiniheadError(f"{path}: holds no study (an object with a 'summary'); {remake}")
-    fields = ("held_in", "of", "status", "numbers")
+    fields = ("held_in", "of", "status", "numbers") if name in SCALES else ("held_in", "of", "numbers")
     bad = [k for k, v in doc["summary"].items() if not (isinstance(v, dict) and all(f in v for f in fields))]
     if bad:   # valid JSON of the wrong shape: named here, not a KeyError in a chapter
         raise MiniheadError(f"{path}: the summary's {', '.join(bad)} lack {', '.join(fields)}; {remake}")
@@ -652,10 +617,11 @@ def load_shipped_study(name="quick"):
 
 def judge_against_study(name, verdicts, names=None, strict=True, log=print):
     """A chapter's closing check: ``verdicts`` ({finding: Verdict}) of the chapter's model judged by
-    :func:`minihead.findings.check_claims` against the shipped study ``name`` (:func:`load_shipped_study`).
-    Without a usable study: ``strict`` re-raises (the quick study ships with the chapters, so missing or stale is
-    an error); otherwise no claim is asserted and this model's verdicts are printed. Returns {finding: status},
-    or None without a study."""
+    :func:`minihead.findings.check_claims` against the shipped study ``name`` (:func:`load_shipped_study`), then
+    the chapter's findings table (:func:`minihead.findings.findings_table`: the paper's number, the study's over
+    seeds, the criterion, the verdict). Without a usable study: ``strict`` re-raises (the quick study ships with
+    the chapters, so missing or stale is an error); otherwise no claim is asserted and this model's verdicts are
+    printed. Returns {finding: status}, or None without a study."""
     names = list(verdicts) if names is None else list(names)
     try:
         shipped = load_shipped_study(name)
@@ -664,12 +630,13 @@ def judge_against_study(name, verdicts, names=None, strict=True, log=print):
             raise
         log(f"{exc}\nNo study over seeds for {name!r}, so no claim is asserted. This model alone:")
         for n in names:
-            nums = ", ".join(f"{k} {findings.fmt(x)}" for k, x in verdicts[n].numbers().items())
-            log(f"  {findings.FINDINGS.get(n, n)}: {'holds' if verdicts[n].held else 'does not hold'} ({nums})")
+            log(f"  {findings.what(n)}: {verdicts[n].status} ({verdicts[n].text()})")
         return None
     log(f"the study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "
         f"{shipped['blas_threads']} BLAS thread(s)):")
-    return findings.check_claims(shipped["summary"], verdicts, names=names, log=log)
+    status = findings.check_claims(shipped["summary"], verdicts, names=names, log=log)
+    log("\n" + findings.findings_table(shipped["summary"], names))
+    return status
 
 
 # --------------------------------------------------------------------------- the README's findings table
@@ -707,61 +674,13 @@ WHY_NOT = {
 }
 
 
-def _points(x):
-    return f"{x * 100:+.0f}"
-
-
-def _per_seed(vals, f="{:.2f}"):
-    return ", ".join("-" if v is None else f.format(v) for v in vals)
-
-
-def readme_numbers(name, numbers, model):
-    """This project's key numbers of one finding in a study over seeds, as the README's table prints them:
-    ``numbers`` is the study summary's {key: (mean, sd, per-seed values)} of finding ``name``
-    (:func:`minihead.findings.summarize`), ``model`` the preset's model settings (heads, layers). Means over the
-    seeds, per-seed values where the finding is a count or a rank correlation."""
-    m = {k: v[0] for k, v in numbers.items()}
-    if name == "few_heads":
-        from .importance import uniform_top_quarter_share
-        line = uniform_top_quarter_share(model["n_heads"]) + findings.FEW_HEADS_MARGIN
-        return f"weakest layer's top-quarter share {m['top_quarter_min']:.2f} (line {line:.2f})"
-    if name in ("relevance_ablation", "confident"):
-        return f"Spearman rho {m['rho']:.2f} ({_per_seed(numbers['rho'][2])})"
-    if name == "positional":
-        return (f"best +-1 head on its offset {m['share']:.2f} of the time, confidence {m['confidence']:.2f} "
-                f"(lines {findings.POSITIONAL_SHARE:g}, {findings.POSITIONAL_CONFIDENCE:g}); "
-                f"{_per_seed(numbers['n_heads'][2], '{:.0f}')} such heads")
-    if name == "syntactic":
-        return ("best margin over the offset baseline, points: "
-                + ", ".join(f"{r} {_points(m['margin_' + r])}" for r in findings.RELATIONS if m.get("margin_" + r) is not None)
-                + f" (line +{findings.SYNTACTIC_MARGIN * 100:.0f})")
-    if name == "rare_word":
-        return f"{m['share_over_chance']:.1f}x chance (line {findings.RARE_FACTOR:g}x)"
-    if name == "prunable":
-        n_enc = model["n_enc_layers"] * model["n_heads"]
-        return (f"{_per_seed(numbers['kept'][2], '{:.0f}')} of {n_enc} heads kept within "
-                f"{findings.PRUNE_BLEU_TOLERANCE:g} BLEU (line: half), BLEU change {m['bleu_change']:+.1f}")
-    if name == "specialised_survive":
-        return f"role heads' share among the survivors minus among all heads {m['excess_share']:+.2f}"
-    if name == "encoder_first":
-        return ("share of heads kept: enc " + f"{m['kept_share_enc']:.2f}, dec-self {m['kept_share_dec_self']:.2f}, "
-                f"dec-enc {m['kept_share_dec_enc']:.2f}")
-    if name == "decoder_layers":
-        layers = ", ".join(f"{k.replace('_', '-')} {m['mean_layer_' + k]:.2f}" if m.get("mean_layer_" + k) is not None
-                           else f"{k.replace('_', '-')} lost no heads" for k in ("dec_self", "dec_enc"))
-        return f"survivors' mean layer: {layers} (middle {(model['n_dec_layers'] - 1) / 2:g})"
-    if name == "pruned_vs_scratch":
-        return f"pruned minus from scratch {m['bleu_gap']:+.1f} BLEU"
-    return "; ".join(f"{k} {findings.fmt(v)}" for k, v in m.items() if v is not None)
-
-
 def readme_findings(studies=None):
     """The README's findings table, rendered from the shipped studies over seeds (``chapters/studies/full.json``
-    and ``quick.json``, read as shipped; :func:`load_shipped_study` is the chapters' check that they are current):
-    a sentence naming the studies, then one row per finding of :data:`minihead.findings.FINDINGS` with the
-    paper's number (:data:`PAPER_SAYS`, from :mod:`minihead.paper`), this project's numbers and the count of seeds
-    in which it holds in each study, and why not (:data:`WHY_NOT`) where it does not hold in every seed.
-    ``studies``: {name: study document}, default the shipped files. Returns markdown without the markers."""
+    and ``quick.json``, read as shipped): a sentence naming the studies, then one row per finding of
+    :data:`minihead.findings.FINDINGS` with the paper's number, this project's numbers and verdict in each study
+    (:func:`minihead.findings.study_numbers`), and, where a finding does not hold, why (:data:`WHY_NOT`; an
+    untestable or unmeasured finding carries its own reason). ``studies``: {name: study document}, default the
+    shipped files. Returns markdown without the markers."""
     if studies is None:
         studies = {}
         for name, _ in README_STUDIES:
@@ -772,32 +691,38 @@ def readme_findings(studies=None):
         doc = studies[name]
         model = doc["provenance"]["preset"]["model"]
         bleu = findings._mean_sd([p["test_bleu"] for p in doc["per_seed"]])
+        trees = doc["provenance"].get("roles_trees", "dev")
         intro.append(f"{label}, the `{doc['study']}` preset ({model['n_enc_layers']} encoder + {model['n_dec_layers']} "
                      f"decoder layers x {model['n_heads']} heads of {model['d_model'] // model['n_heads']}), "
-                     f"{len(doc['seeds'])} seeds, test BLEU {bleu[0]:.1f} +- {bleu[1]:.1f} "
-                     f"([`chapters/studies/{name}.json`](chapters/studies/{name}.json))")
-    lines = ["This project's numbers are means over seeds, one model per seed, each trained, analysed and pruned "
-             "alike: " + "; ".join(intro) + ". A finding holds in a seed by its criterion in "
-             "[`minihead/findings.py`](minihead/findings.py) (the lines in brackets); \"partly\": it held in some of "
-             "a seed's runs or configurations, not all.", "",
-             "| finding | paper | " + " | ".join(f"{label}: this project | holds in" for _, label in README_STUDIES)
+                     f"{len(doc['seeds'])} seeds, test BLEU {bleu[0]:.1f} +- {bleu[1]:.1f}, roles judged on the "
+                     f"{trees} trees ([`chapters/studies/{name}.json`](chapters/studies/{name}.json))")
+    lines = ["One model per seed, each trained, analysed and pruned alike: " + "; ".join(intro) + ". Each finding "
+             "is judged by its criterion in [`minihead/findings.py`](minihead/findings.py), the paper's definition "
+             "(section cited there): a per-model finding in each seed (\"holds\" in every seed where it is testable, "
+             "\"varies\" in some), a correlation or a difference by one test pooled over the seeds (p < "
+             f"{findings.ALPHA:g}).", "",
+             "| finding | paper | " + " | ".join(f"{label}: this project | verdict" for _, label in README_STUDIES)
              + " | why not, where not |",
              "|---|---|" + "---|---|" * len(README_STUDIES) + "---|"]
     missing = []
-    for name, what in findings.FINDINGS.items():
+    for name in findings.FINDINGS:
         cells, why = [], []
         for study, label in README_STUDIES:
-            doc = studies[study]
-            f = doc["summary"][name]
-            held = f"{f['held_in']} of {f['of']}"
-            partly = f" (partly in {f['partly_in']})" if f.get("partly_in") and f["status"] != "all" else ""
-            cells += [readme_numbers(name, f["numbers"], doc["provenance"]["preset"]["model"]),
-                      (f"**{held}**" if f["status"] == "all" else held) + partly]
-            if f["status"] != "all":
+            f = studies[study]["summary"].get(name)
+            if f is None or "status" not in f:
+                cells += ["-", "not judged by these criteria"]
+                continue
+            verdict = {"holds": "**holds**", "varies": f"varies ({f['held_in']} of {f['testable']} seeds)"}.get(
+                f["status"], f["status"])
+            cells += [findings.study_numbers(name, f), verdict]
+            if f["status"] in ("untestable", "not measured"):
+                why.append(f"{label.split()[0]}: {f['reason']}")
+            elif f["status"] != "holds":
                 if (name, study) not in WHY_NOT:
                     missing.append(f"{name} in {study}")
                 why.append(f"{label.split()[0]}: {WHY_NOT.get((name, study), '')}")
-        lines.append(f"| {what} | {PAPER_SAYS[name]} | " + " | ".join(cells) + f" | {'; '.join(why) or '-'} |")
+        lines.append(f"| {findings.what(name)} | {findings.FINDINGS[name][1]} | " + " | ".join(cells)
+                     + f" | {'; '.join(why) or '-'} |")
     if missing:
         raise MiniheadError(f"readme_findings: no reason in WHY_NOT (minihead/reproduce.py) for {', '.join(missing)}, "
                             "which the studies say do not hold in every seed; add one sentence each")

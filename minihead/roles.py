@@ -382,7 +382,8 @@ def rare_token_shares(maps, sentences, freqs, top_n=None, vocab_size=None):
     given, case included). Rarest = lowest frequency, ties to the first occurrence; the second
     rarest likewise among the rest. Used: sentences of >= 2 words whose rarest token is outside
     the ``top_n`` most frequent training tokens (ranked by count, ties by the token string);
-    ``top_n`` defaults to :func:`default_top_n` of ``vocab_size`` (default ``len(freqs)``). Shares
+    ``top_n`` defaults to the paper's 500 (sec. 5.3); with ``vocab_size`` it is :func:`default_top_n` of it (the
+    same FRACTION of the vocabulary as the paper's 500 of 32k, an option for small vocabularies). Shares
     and chance are pooled over all query tokens of the used sentences.
     """
     sentences = list(sentences)
@@ -390,7 +391,7 @@ def rare_token_shares(maps, sentences, freqs, top_n=None, vocab_size=None):
     if len(sentences) != len(rows.lengths):
         raise RolesError(f"{len(rows.lengths)} attention maps but {len(sentences)} sentences")
     if top_n is None:
-        top_n = default_top_n(len(freqs) if vocab_size is None else vocab_size)
+        top_n = PAPER_TOP_N if vocab_size is None else default_top_n(vocab_size)
     frequent = {t for t, _ in sorted(freqs.items(), key=lambda kv: (-kv[1], kv[0]))[:top_n]}
     starts = backend.to_host(rows.starts).tolist()
     query, first, second, n_used = [], [], [], 0
@@ -426,17 +427,16 @@ def rare_token_shares(maps, sentences, freqs, top_n=None, vocab_size=None):
 # Roles (Figure 8)
 
 def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_threshold=paper.POSITIONAL["threshold"],
-                   margin=paper.SYNTACTIC_MARGIN, rare_factor=paper.RARE_FACTOR, confidence=None,
+                   margin=paper.SYNTACTIC_MARGIN, rare_share=paper.RARE_SHARE, confidence=None,
                    min_confidence=paper.POSITIONAL["min_confidence"]):
-    """Roles of every head: a subset of {"positional", "syntactic", "rare"} (Figure 8).
+    """Roles of every head: a subset of {"positional", "syntactic", "rare"} (Figure 8), by the paper's definitions.
 
-    positional: :func:`positional_heads` of ``shares`` at ``positional_threshold`` (sec. 5.1; pass the
-    shares over the queries where the offset exists, :func:`positional_shares`' default), and with confidence
-    above ``min_confidence`` when ``confidence`` is given (as :func:`minihead.findings.positional` judges);
-    syntactic: :func:`syntactic_heads` for at least one (relation, direction) (sec. 5.2);
-    rare: the ONE head with the highest rarest-token share, if that share is at least
-    ``rare_factor`` (3) times chance (``rare.chance_rarest``) -- the paper names a single rare-word
-    head, ranked by how often it points to the rarest token (sec. 5.3).
+    positional (sec. 5.1): :func:`positional_heads` of ``shares`` at ``positional_threshold`` (pass the shares over
+    the queries where the offset exists, :func:`positional_shares`' default); giving ``confidence`` also asks for
+    confidence above ``min_confidence`` (an option: the paper observes it of its positional heads, it does not
+    define them by it); syntactic (sec. 5.2): :func:`syntactic_heads` for at least one (relation, direction);
+    rare (sec. 5.3): the ONE head of the FIRST layer with the highest rarest-token share, if that share is at
+    least ``rare_share`` (0.5; the paper's head: 66%) -- the paper names a single first-layer rare-word head.
     Any of the measures may be None (that role is then not assigned). Returns {(l, h): set}.
     """
     given = [x for x in (shares, rare.rarest if rare is not None else None) if x is not None]
@@ -455,10 +455,10 @@ def classify_heads(shares=None, acc=None, baseline=None, rare=None, positional_t
             for lh in heads:
                 roles[lh].add("syntactic")
     if rare is not None:
-        r = backend.to_host(rare.rarest)
-        l, h = divmod(int(r.argmax()), r.shape[1])
-        if r[l, h] >= rare_factor * rare.chance_rarest - _EPS:
-            roles[(l, h)].add("rare")
+        first = backend.to_host(rare.rarest)[0]                                   # (H,) first layer
+        h = int(first.argmax())
+        if first[h] >= rare_share - _EPS:
+            roles[(0, h)].add("rare")
     return roles
 
 

@@ -191,7 +191,7 @@ def test_head_roles_agrees_with_the_measures_it_collects(word_model, small):
     assert rep.baseline == roles.offset_baseline(trees)[0]
     assert [(r.relation, r.direction) for r in rep.table] == \
         [(r, d) for r in roles.RELATIONS for d in roles.DIRECTIONS]
-    assert rep.rare is not None and rep.rare.top_n == roles.default_top_n(len(corpus.src_freq))
+    assert rep.rare is not None and rep.rare.top_n == roles.PAPER_TOP_N
     assert set(rep.roles) == {(l, h) for l in range(L) for h in range(H)}
     margin = backend.to_host(rep.syntactic_margin())
     assert margin[0, 1] == pytest.approx(max(float(backend.to_host(a)[0, 1]) - rep.baseline[k]
@@ -237,7 +237,7 @@ def test_roles_command_prints_tables_and_saves_figures(word_model, tmp_path, cap
     assert "verb->subject" in text and "paper WMT" in text
     assert "chance: rarest" in text and "train.src" in text
     # Frequencies come from the first n_train lines of train.src, as in training.
-    assert rep.rare.top_n == roles.default_top_n(len(corpus.src_freq))
+    assert rep.rare.top_n == roles.PAPER_TOP_N
     for name in ("head_scores.png", "heads_sentence0.png"):
         assert (out / name).stat().st_size > 1000
 
@@ -260,7 +260,7 @@ def test_roles_command_with_bpe(bpe_model, small, tmp_path, capsys):
     rep = run_cli(["roles", ck, "--conllu", dev, "--bpe", str(codes), "--train-src", str(train_src),
                    "--max-sentences", "30", "--out", str(tmp_path / "f")])
     assert "chance: rarest" in capsys.readouterr().out
-    assert rep.rare.top_n == roles.default_top_n(len(frequencies(small[0]["train"][0][:N_TRAIN])))
+    assert rep.rare.top_n == roles.PAPER_TOP_N
 
 
 def one_line_error(exc_info, *parts):

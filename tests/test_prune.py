@@ -306,15 +306,6 @@ def _run(retained, history=(), lam=0.1):
             "n_retained": {k: int(np.sum(m)) for k, m in retained.items()}, "history": list(history)}
 
 
-def test_survivor_role_shares_compares_survivors_with_all_heads():
-    """share kept = |role heads among survivors| / |survivors|, share all = |role heads| / L*H, for every run
-    keeping at least one and at most half of the heads, most heads first."""
-    roles = {(0, 0): {"syntactic"}, (0, 1): set(), (1, 0): set(), (1, 1): {"positional"}}
-    runs = [_run({"enc": [[1, 0], [0, 0]]}, lam=0.3), _run({"enc": [[1, 1], [1, 1]]}, lam=0.0),
-            _run({"enc": [[0, 1], [1, 0]]}, lam=0.1), _run({"enc": [[0, 0], [0, 0]]}, lam=1.0)]
-    assert P.survivor_role_shares(runs, roles, 4) == [(0.1, 2, 0.0, 0.5), (0.3, 1, 1.0, 0.5)]
-
-
 def test_type_order_and_encoder_first():
     """Order holds iff share(enc) <= share(dec_self) <= share(dec_enc) and share(enc) < share(dec_enc);
     'encoder first' iff enc is the first kind with open <= n/2 in the logged history (ties allowed)."""

@@ -146,21 +146,23 @@ def test_readme_findings_table_is_rendered_from_the_shipped_studies():
 
 def test_readme_findings_table_has_every_finding_beside_the_papers_number():
     """The rendered table has one row per finding of minihead.findings.FINDINGS, in that order, whose paper cell is
-    the report's paper number (minihead.reproduce.PAPER_SAYS, from minihead/paper.py), and for each shipped study
-    this project's numbers and 'k of n' seeds equal to the study's count; a finding that does not hold in every
-    seed of a study says why in the last cell."""
+    the paper's number (minihead.findings.FINDINGS, from minihead/paper.py), and for each shipped study this
+    project's numbers and its verdict; a finding that does not hold says why in the last cell (WHY_NOT for one that
+    was judged, its own reason for one that is untestable or not measured)."""
     from minihead import findings
-    from minihead.reproduce import PAPER_SAYS, README_STUDIES, WHY_NOT, readme_findings
+    from minihead.reproduce import README_STUDIES, WHY_NOT, readme_findings
     studies = shipped_studies()
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in readme_findings(studies).splitlines() if line.startswith("| ") and not line.startswith("| finding |")]
-    assert [r[0] for r in rows] == list(findings.FINDINGS.values())
-    for (name, what), cells in zip(findings.FINDINGS.items(), rows):
-        assert cells[1] == PAPER_SAYS[name] and cells[1], name
+    assert [r[0] for r in rows] == [findings.what(n) for n in findings.FINDINGS]
+    for name, cells in zip(findings.FINDINGS, rows):
+        assert cells[1] == findings.FINDINGS[name][1] and cells[1], name
         for i, (study, label) in enumerate(README_STUDIES):
             f = studies[study]["summary"][name]
-            assert cells[2 + 2 * i] and cells[3 + 2 * i].strip("*").startswith(f"{f['held_in']} of {f['of']}"), (name, study)
-            if f["status"] != "all":
+            assert cells[2 + 2 * i] and cells[3 + 2 * i].strip("*").startswith(f["status"]), (name, study)
+            if f["status"] in ("untestable", "not measured"):
+                assert f"{label.split()[0]}: {f['reason']}" in cells[-1], (name, study)
+            elif f["status"] != "holds":
                 assert f"{label.split()[0]}: {WHY_NOT[(name, study)]}" in cells[-1], (name, study)
 
 
@@ -170,7 +172,7 @@ def test_readme_findings_refuses_a_failure_without_a_reason():
     from minihead.errors import MiniheadError
     from minihead.reproduce import readme_findings
     studies = shipped_studies()
-    studies["full"]["summary"]["syntactic"].update(held_in=2, status="some")
+    studies["full"]["summary"]["syntactic"].update(held_in=2, status="varies")
     with pytest.raises(MiniheadError, match="syntactic in full"):
         readme_findings(studies)
 

@@ -32,12 +32,15 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
     path = reproduce.reproduce(out=str(out), progress=False, scale=TINY, log=lambda *a: None)
     text = pathlib.Path(path).read_text()
     for row in ("a few heads carry most relevance", "positional heads", "syntactic heads",
-                "most encoder heads prunable", "specialised heads survive pruning longest",
-                "encoder self-attention pruned first", "decoder self-attention survives in lower layers",
+                "most encoder heads prunable", "the head functions survive pruning", "heads with a role are pruned last",
+                "the heads with a role carry more relevance", "encoder self-attention pruned first",
+                "decoder-encoder attention pruned last", "decoder self-attention survives in lower layers",
                 "pruned beats the same configuration from scratch", "Wall time of this run",
                 "Table 1 shape", "Table 2"):
         assert row in text, row
     assert "10 of 48 kept, -0.15 BLEU (WMT)" in text, "the paper's number stands beside ours"
+    assert "lambda = 0 run at the same step" in text, "the step-matched reference is the criterion's"
+    assert "## Table 1 shape: best head and offset baseline per relation (test trees)" in text
     assert (out / "relevance.png").stat().st_size > 0 and (out / "prune_encoder.png").stat().st_size > 0
     results = json.loads((out / "results.json").read_text())
     assert len(results["enc"]) == 1 and len(results["scratch"]) == 1
@@ -52,10 +55,12 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
 
 
 def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
-    """reproduce(seeds=[1, 2]) on tiny models: out/README.md holds the table over seeds (every finding with
-    "k of 2" and its numbers), each seed's own report is in out/seed-K/, study.json parses and its summary is
-    findings.summarize of its per-seed verdicts (held_in counts the seeds, status all/some/none, means over
-    the per-seed values); each seed's stages are cached in its own run folder (seed 1, the preset's, shares
+    """reproduce(seeds=[1, 2]) on tiny models: out/README.md holds the table over seeds (every finding with its
+    verdict and its numbers), each seed's own report is in out/seed-K/, study.json parses and its summary is
+    findings.summarize of its per-seed verdicts (held_in counts the seeds whose verdict holds, a per-model
+    finding's status follows that count over the testable seeds, means over the per-seed values; every encoder
+    run carries its step-matched reference and the functions re-measured on the pruned model); each seed's
+    stages are cached in its own run folder (seed 1, the preset's, shares
     the folder of the model trained without --seeds), and a second call reads every cache (no file rewritten,
     same verdicts)."""
     scale = {**TINY, "n_dev": 20, "n_test": 10, "n_ablation": 5, "n_trees": 30, "train": TINY_MODEL}
@@ -66,8 +71,8 @@ def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
                                    runs=str(runs), log=lambda *a: None)
     text = pathlib.Path(run("report")).read_text()
     assert "## Findings over seeds" in text and "seed-2/README.md" in text
-    for name, label in findings.FINDINGS.items():
-        assert any(line.startswith(f"| {label} |") and " of 2 (" in line for line in text.splitlines()), name
+    for name in findings.FINDINGS:
+        assert any(line.startswith(f"| {findings.what(name)} |") for line in text.splitlines()), name
     assert (tmp_path / "report" / "seed-1" / "README.md").exists() and (tmp_path / "report" / "seed-2" / "relevance.png").exists()
     doc = json.loads((tmp_path / "report" / "study.json").read_text())
     assert doc["seeds"] == [1, 2] and [p["seed"] for p in doc["per_seed"]] == [1, 2]
@@ -77,13 +82,17 @@ def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
     assert as_text(summary) == as_text(findings.summarize([p["findings"] for p in doc["per_seed"]]))
     for name, f in summary.items():
         held = [p["findings"][name]["held"] for p in doc["per_seed"]]
-        assert (f["held_in"], f["of"]) == (sum(held), 2)
-        assert f["status"] == ("all" if all(held) else "some" if any(held) else "none")
+        testable = [p["findings"][name]["status"] in ("holds", "does not hold") for p in doc["per_seed"]]
+        assert (f["held_in"], f["of"], f["testable"]) == (sum(held), 2, sum(testable))
+        if name not in findings.POOLED and any(testable):
+            assert f["status"] == ("holds" if sum(held) == sum(testable) else "varies" if any(held)
+                                   else "does not hold"), name
         for key, (mean, sd, values) in f["numbers"].items():
             xs = [x for x in values if x is not None and x == x]
             assert len(values) == 2 and (mean is None if not xs else mean == pytest.approx(statistics.fmean(xs)))
-    bleu = summary["prunable"]["numbers"]["bleu_full"][2]
-    assert bleu == [p["test_bleu"] for p in doc["per_seed"]]
+    for k in (1, 2):
+        enc = json.loads((tmp_path / "report" / f"seed-{k}" / "results.json").read_text())["enc"]
+        assert all(r["ref_bleu"] is not None and isinstance(r["functions_after"], list) for r in enc)
     folders = sorted(p.name for p in runs.iterdir() if p.is_dir())
     assert len(folders) == 2 and sum("-seed2-" in f for f in folders) == 1
     assert study.run_folder("quick", runs=str(runs), **TINY_MODEL) in [str(runs / f) for f in folders]
@@ -224,17 +233,20 @@ def test_judge_against_study_asserts_claims_or_prints_without_a_study(tmp_path, 
     without one, strict (quick mode) re-raises the one-line error, otherwise no claim is asserted and the model's
     verdicts are printed."""
     monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
-    mine = {"confident": findings.important_heads_confident(-0.2)}
+    mine = {"positional": findings.Positional(status="does not hold", share=0.5, share_all=0.4, offset=1,
+                                              head=(0, 0), confidence=0.5, heads=[])}
     with pytest.raises(MiniheadError, match="no study over seeds"):
         reproduce.judge_against_study("quick", mine)
     lines = []
     assert reproduce.judge_against_study("quick", mine, strict=False, log=lines.append) is None
-    assert "no claim is asserted" in lines[0] and "does not hold (rho -0.20" in lines[1]
-    summary = findings.summarize([{"confident": findings.important_heads_confident(r)} for r in (0.3, 0.5)])
+    assert "no claim is asserted" in lines[0] and "does not hold (0 head(s); best L0H0 on +1: 0.50" in lines[1]
+    held = findings.Positional(status="holds", share=0.95, share_all=0.9, offset=1, head=(0, 0), confidence=0.9,
+                               heads=[(0, 0, 1)])
+    summary = findings.summarize([{"positional": held}, {"positional": held}])
     doc = {"study": "quick", "seeds": [1, 2], "blas_threads": 1, "summary": summary,
            "provenance": reproduce.study_provenance(reproduce.SCALES["quick"])}
     (tmp_path / "quick.json").write_text(json.dumps(doc))
-    with pytest.raises(AssertionError, match="held in all 2 seeds"):
+    with pytest.raises(AssertionError, match="holds in every seed of the study"):
         reproduce.judge_against_study("quick", mine, log=lines.append)
-    assert reproduce.judge_against_study("quick", {"confident": findings.important_heads_confident(0.1)},
-                                         log=lines.append) == {"confident": "all"}
+    assert reproduce.judge_against_study("quick", {"positional": held}, log=lines.append) == {"positional": "holds"}
+    assert lines[-1].splitlines()[1] == "| finding | paper | this project | criterion | verdict |"

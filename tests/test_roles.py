@@ -124,11 +124,11 @@ def test_perfect_previous_word_head_on_short_sentences_is_positional():
     assert roles.classify_heads(shares=roles.positional_shares(short))[(0, 0)] == {"positional"}
 
 
-def test_positional_head_needs_confidence_when_given():
-    """Sec. 5.1 as findings.positional judges it: share >= 0.9 on one offset AND confidence > 0.8. A head that
-    puts its largest weight on -1 for every query but only about half of its weight there (confidence 0.53) is
-    positional by share alone, and not once its confidence is given, to positional_heads and classify_heads
-    alike, so the roles that pruning judges (report.roles) are the roles the verdict counts."""
+def test_positional_head_needs_confidence_only_when_given():
+    """Sec. 5.1 defines a positional head by its share alone (>= 0.9 on one offset); confidence > 0.8 is an
+    observation of the paper, here an option. A head that puts its largest weight on -1 for every query but only
+    about half of its weight there (confidence 0.53) is positional by share, and not once its confidence is given,
+    to positional_heads and classify_heads alike."""
     t = 6
     sharp = one_hot_head(prev_targets(t), t)                                   # (T, T), 0.9 on -1
     soft = 0.5 * sharp + 0.5 * np.full((t, t), 1.0 / t)                         # argmax still on -1
@@ -332,20 +332,22 @@ def test_head_on_rarest_token():
 
 
 def test_rare_top_n_default_and_sentence_objects():
-    """top_n defaults to 500 / 32000 of the vocabulary (at least 1); Sentence objects work as token
-    lists; no usable sentence is an error."""
+    """top_n defaults to the paper's 500 (sec. 5.3); with vocab_size it is 500 / 32000 of the vocabulary (at
+    least 1, the scaled option); Sentence objects work as token lists; no usable sentence is an error."""
     assert roles.default_top_n(32000) == 500
     assert roles.default_top_n(9779) == 153
     assert roles.default_top_n(10) == 1
-    # len(FREQS) = 8 -> top_n 1 ("the"): every sentence of >= 2 words is used
+    # vocab_size 8 -> top_n 1 ("the"): every sentence of >= 2 words is used
     sents = [StandIn(["the", "cat"], [2, 0], ["det", "root"]),
              StandIn(["the", "the"], [2, 0], ["det", "root"])]
     maps = [one_hot_head(np.array([1, 1]), 2)[None, None], one_hot_head(np.array([1, 1]), 2)[None, None]]
-    out = roles.rare_token_shares(maps, sents, FREQS)
+    with pytest.raises(roles.RolesError, match="outside the top 500"):       # the paper's 500: all 8 words frequent
+        roles.rare_token_shares(maps, sents, FREQS)
+    out = roles.rare_token_shares(maps, sents, FREQS, vocab_size=len(FREQS))
     assert out.top_n == 1 and out.n_sentences == 1          # "the the": rarest is "the"
     assert host(out.rarest)[0, 0] == 1.0
     with pytest.raises(roles.RolesError, match="no sentence"):
-        roles.rare_token_shares(maps[1:], sents[1:], FREQS)
+        roles.rare_token_shares(maps[1:], sents[1:], FREQS, vocab_size=len(FREQS))
 
 
 # ---------------------------------------------------------------------------- classify_heads
@@ -410,9 +412,8 @@ def test_classify_heads_on_synthetic_mix():
     # each measure alone
     assert roles.classify_heads(shares=shares)[(0, 0)] == {"positional"}
     assert roles.classify_heads(rare=rare)[(0, 1)] == {"rare"}
-    # a rare head must beat chance by rare_factor: raise the bar past 1 / chance
-    high = 1.01 / rare.chance_rarest
-    assert all("rare" not in r for r in roles.classify_heads(rare=rare, rare_factor=high).values())
+    # the rare-word head must point at the rarest token at least rare_share of the time (sec. 5.3: 0.5)
+    assert all("rare" not in r for r in roles.classify_heads(rare=rare, rare_share=1.01).values())
 
 
 # ---------------------------------------------------------------------------- subword aggregation

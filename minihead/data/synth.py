@@ -7,8 +7,8 @@ v2 tree (https://universaldependencies.org/u/dep/). The target is a deterministi
 tree and the lexicon, plus a seeded choice between synonyms (:func:`translate`):
 
 * verb-final clauses, recursively: ``[REL] subject [obl-PP] [object CASE] [adverbs] verb``;
-* adjectives follow their noun and take a suffix for the noun's gender (a lexical property of the
-  noun that the source never shows);
+* adjectives come before their noun (as in the source) and take a suffix for the noun's gender (a
+  lexical property of the noun that the source never shows);
 * the verb takes a tense + number suffix agreeing with its subject; the source shows number only in
   the present (``runs`` / ``run``), never in the past (``walked``), so the target needs the nsubj arc;
 * the subject's and the object's head nouns take a case suffix chosen by their verb's hidden class
@@ -611,7 +611,7 @@ def _readme(splits, lex, seed, needs=True, particles=False):
       f"weights {N_ADJ_WEIGHTS}; sentences longer than {MAX_LEN} tokens or repeated are redrawn, so "
       "train, dev and test share no source sentence.\n")
     w(f"Lexicon (generated from the seed): {SIZES['noun']} nouns, {SIZES['verb_tr']} transitive verbs "
-      f"(two classes), {SIZES['verb_in']} intransitive verbs, {SIZES['adj']} adjectives, "
+      f"({N_VCLASS} hidden classes), {SIZES['verb_in']} intransitive verbs, {SIZES['adj']} adjectives, "
       f"{SIZES['adv']} adverbs, all Zipfian; a tail of {SIZES['rare_noun']} rare nouns and "
       f"{SIZES['name']} names (flat Zipf, exponent 0.3) that occur a handful of times each. Nouns are "
       "singular or plural (`-s`); verbs have a base form (present plural), `-s` (present singular) "
