@@ -221,8 +221,8 @@ print(f"chapter done in {time.time() - T0:.0f} s")
 # 2. **Where heads survive.** Make runs whose decoder self-attention survivors sit in layer 0 and decoder-encoder survivors in layer 1, and the mirror image; check `prune.survivor_layers` and `prune.type_order_holds`.
 #    - *Hint:* A run is `{"retained": {kind: (L, H) mask}, "n_retained": {kind: count}}`; the middle layer is $(L_{dec} - 1)/2$.
 #    - Solution: `solutions/06_solutions.py`, `exercise_2`.
-# 3. **Judging Table 2.** Feed `findings.pruned_beats_scratch` made-up BLEU for three configurations so that it holds, holds partly, and does not hold.
-#    - *Hint:* A configuration holds when pruned >= from scratch; read `held`, `partly` and `numbers()["bleu_gap"]`.
+# 3. **Judging Table 2.** Feed `findings.pruned_beats_scratch` made-up BLEU for two seeds of two configurations, and `findings.summarize` the seeds: find a case that holds (the gap's 95% interval above 0), one with a LARGER mean gain that does not, and say why.
+#    - *Hint:* The summary's `"pooled"` holds the mean gap and its interval (`low`, `high`); the interval's width grows with the spread of the gaps.
 #    - Solution: `solutions/06_solutions.py`, `exercise_3`.
 # 4. **Gates on every type of a tiny model.** Prune an untrained tiny model with `kinds=model.GATE_KINDS` at $\lambda = 0$ and at a large $\lambda$, and read the share kept per type with `prune.retained_shares`.
 #    - *Hint:* Freeze the weights (`lr_params=0.0`); the run's `history` counts the open heads of every type.

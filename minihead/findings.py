@@ -451,16 +451,19 @@ class TypeOrder(Verdict):
                 + (f" ({self.excluded} run(s) pruning nothing left out)" if self.excluded else ""))
 
 
-def _type_tally(runs, cfg, holds):
+def _type_tally(runs, cfg, holds, kinds=("enc", "dec_self", "dec_enc")):
+    """Judge ``holds(kept shares)`` in every run that pruned a head of one of ``kinds`` (the others say nothing)."""
     from .prune import retained_shares
-    informative = [r for r in runs if any(n < cfg.n_layers(k) * cfg.n_heads for k, n in r["n_retained"].items())]
+    informative = [r for r in runs if any(n < cfg.n_layers(k) * cfg.n_heads for k, n in r["n_retained"].items()
+                                          if k in kinds)]
     detail = []
     for r in informative:
         s = retained_shares(r, cfg)
         detail.append({"lam": float(r["lam"]), "kept_share": s, "holds": bool(holds(s))})
     excluded = len(runs) - len(informative)
     if not detail:
-        return dict(status="untestable", detail=[], excluded=excluded, reason="no run pruned any head")
+        return dict(status="untestable", detail=[], excluded=excluded,
+                    reason=f"no run pruned a head of {' or '.join(k.replace('_', '-') for k in kinds)}")
     return dict(status=_judged(all(d["holds"] for d in detail)), detail=detail, excluded=excluded)
 
 
@@ -473,9 +476,11 @@ def encoder_pruned_first(runs, cfg):
 
 def decoder_encoder_last(runs, cfg):
     """Sec. 6.3 (Figure 9): "decoder-encoder attention heads are retained the longest": in every all-attention
-    run that pruned some head, decoder-encoder attention keeps a strictly larger share of its heads than decoder
-    self-attention (and than the encoder). A tie does not hold."""
-    return TypeOrder(**_type_tally(runs, cfg, lambda s: s["dec_enc"] > s["dec_self"] and s["dec_enc"] > s["enc"]))
+    run that pruned some DECODER head, decoder-encoder attention keeps a strictly larger share of its heads than
+    decoder self-attention (and than the encoder). A tie does not hold; a run that pruned no decoder head says
+    nothing about the decoder's order and is left out (counted); none left: untestable."""
+    return TypeOrder(**_type_tally(runs, cfg, lambda s: s["dec_enc"] > s["dec_self"] and s["dec_enc"] > s["enc"],
+                                   kinds=("dec_self", "dec_enc")))
 
 
 @dataclass(kw_only=True)

@@ -209,10 +209,13 @@ def test_encoder_first_is_strict_and_leaves_out_runs_that_prune_nothing():
 
 def test_decoder_encoder_last_is_its_own_strict_finding_and_a_tie_does_not_hold():
     """Sec. 6.3: decoder-encoder attention is retained the longest. Worked example: dec-self and dec-enc both
-    kept 4 of 4 (a tie, as in 6 of 6 runs of the default study): the old reading let ties pass inside "encoder
-    first"; here it does not hold. dec-enc 4 of 4 against dec-self 3 of 4 holds."""
-    assert findings.decoder_encoder_last([_all_run(1, 4, 4)], CFG).status == "does not hold"
-    assert findings.decoder_encoder_last([_all_run(1, 3, 4)], CFG).held
+    kept 3 of 4 (a tie, as in every pruning run of the default study): the old reading let ties pass inside
+    "encoder first"; here it does not hold. dec-enc 4 of 4 against dec-self 3 of 4 holds. A run that pruned no
+    decoder head (1, 4, 4) says nothing about the decoder's order: left out, and alone it is untestable."""
+    assert findings.decoder_encoder_last([_all_run(1, 3, 3)], CFG).status == "does not hold"
+    v = findings.decoder_encoder_last([_all_run(1, 3, 4), _all_run(1, 4, 4)], CFG)
+    assert v.held and v.excluded == 1
+    assert findings.decoder_encoder_last([_all_run(1, 4, 4)], CFG).status == "untestable"
 
 
 def test_decoder_layer_order_needs_dec_self_low_and_dec_enc_high():

@@ -63,20 +63,23 @@ def exercise_2():
 
 
 def exercise_3():
-    """Table 2's verdict: findings.pruned_beats_scratch judges configuration by configuration (pruned >= trained
-    from scratch). Feed it made-up BLEU for three configurations and check the three outcomes: held (all),
-    partly (some) and not at all."""
-    cases = {"all": ([30.0, 28.0, 25.0], [29.0, 28.0, 20.0]),
-             "some": ([30.0, 27.0, 25.0], [29.0, 28.0, 26.0]),
-             "none": ([20.0, 21.0, 22.0], [29.0, 28.0, 26.0])}
-    verdicts = {name: findings.pruned_beats_scratch(*bleu) for name, bleu in cases.items()}
-    for name, v in verdicts.items():
-        print(f"{name:5s}: held {v.held}, partly {v.partly}, {v.runs_held} of {v.runs}, "
-              f"mean gap {v.numbers()['bleu_gap']:+.2f}")
-    assert verdicts["all"].held and not verdicts["all"].partly
-    assert not verdicts["some"].held and verdicts["some"].partly and verdicts["some"].runs_held == 1
-    assert not verdicts["none"].held and not verdicts["none"].partly
-    assert abs(verdicts["all"].numbers()["bleu_gap"] - 2.0) < 1e-12
+    """Table 2's verdict, pooled: findings.pruned_beats_scratch takes one seed's configurations, and
+    findings.summarize judges the mean pruned - from-scratch gap over every configuration of every seed by its 95%
+    t-interval (holds when the interval lies above 0). Feed it made-up BLEU for two seeds of two configurations and
+    check three outcomes: a small steady gain holds; a larger mean gain that swings from seed to seed does not (the
+    interval spans 0); a single configuration is untestable (no interval from one pair)."""
+    def judge(*seeds):
+        return findings.summarize([{"pruned_vs_scratch": findings.pruned_beats_scratch(p, s)} for p, s in seeds])[
+            "pruned_vs_scratch"]
+    steady = judge(([30.3, 28.2], [30.0, 28.0]), ([25.4, 27.25], [25.0, 27.0]))
+    swings = judge(([33.0, 26.0], [30.0, 28.0]), ([29.0, 25.0], [25.0, 27.0]))
+    single = judge(([30.0], [29.0],))
+    for name, v in (("steady", steady), ("swings", swings), ("single", single)):
+        print(f"{name:6s}: {v['status']:14s} {findings.study_text('pruned_vs_scratch', v)}")
+    assert steady["status"] == "holds" and steady["pooled"]["low"] > 0
+    assert swings["status"] == "does not hold" and swings["pooled"]["gap"] > steady["pooled"]["gap"]
+    assert swings["pooled"]["low"] < 0 < swings["pooled"]["high"]
+    assert single["status"] == "untestable"
 
 
 def exercise_4():
