@@ -57,7 +57,7 @@ host = backend.to_host                   # arrays go to the host only for printi
 # **The linear rule, the paper's (the default).** For a linear layer $z_j = \sum_i x_i w_{ij} + b_j$ with
 # contributions $z_{ij} = x_i w_{ij}$, each output's relevance is split in proportion to the contributions of its
 # inputs, the bias not being one of them (the weight-ratio *z-rule* of Ding et al. 2017, Voita et al. appendix A;
-# `linear="z"`):
+# `Rules(linear="z")`):
 #
 # $$R_i = \sum_j \frac{z_{ij}}{\sum_{i'} z_{i'j}}\, R_j .$$
 #
@@ -65,19 +65,19 @@ host = backend.to_host                   # arrays go to the host only for printi
 # contribution against the output's sign gets negative relevance, and near-cancelling contributions (small
 # $\sum_{i'} z_{i'j}$) get large ones of both signs.
 #
-# **The epsilon rule** (LRP-$\epsilon$, Bach et al. 2015; `linear="epsilon"`) puts the bias in the denominator,
+# **The epsilon rule** (LRP-$\epsilon$, Bach et al. 2015; `Rules(linear="epsilon")`) puts the bias in the denominator,
 # $R_i = \sum_j z_{ij} R_j / (z_j + \epsilon\,\mathrm{sign}(z_j))$, so $\sum_i R_i = \sum_j R_j\,(z_j - b_j)/(z_j +
 # \epsilon\,\mathrm{sign}\,z_j)$: with $b = 0$ and $\epsilon = 0$ it is the z-rule; a bias keeps its share
 # $b_j / z_j$ of $R_j$, and that share is lost. It is kept for comparison.
 #
-# **The alpha-beta rule** (Bach et al. 2015; `linear="alphabeta"`) normalises the positive and the negative
+# **The alpha-beta rule** (Bach et al. 2015; `Rules(linear="alphabeta")`) normalises the positive and the negative
 # contributions apart, $z^+_j = \sum_i \max(z_{ij}, 0) + \max(b_j, 0)$ and $z^-_j$ likewise with $\min$:
 #
 # $$R_i = \sum_j \Big(\alpha\,\frac{z^+_{ij}}{z^+_j} + \beta\,\frac{z^-_{ij}}{z^-_j}\Big) R_j ,
 # \qquad \alpha = \beta = \tfrac12\ (\text{"sum" convention},\ \alpha + \beta = 1).$$
 #
 # Every transition weight is $\ge 0$, so positive relevance stays positive. **The official code's variant**
-# (`linear="official"`, the paper's released code) is this rule on impacts $z_{ij} = x_i w_{ij} + b_j / d_{in}$ (the
+# (`Rules(linear="official")`, the paper's released code) is this rule on impacts $z_{ij} = x_i w_{ij} + b_j / d_{in}$ (the
 # bias spread over the inputs), each row then rescaled so that $\sum_i |R_i| = \sum_j |R_j|$; its LayerNorm and
 # attention rules follow the true Jacobians (relevance reaches queries and keys too). It conserves, and every head
 # share lies in $[0, 1]$.
@@ -259,14 +259,14 @@ theta_b = {k: (v + f64(gen.normal(0, 0.1, v.shape)) if k.split(".")[-1] in BIAS_
 tb = make_batch([[5, 6, 7, 8], [9, 10, 11]], [[12, 13, 14], [15, 16, 17, 18, 19]], [0, 1])   # padded pair
 n_real = tb.tgt_mask.sum(1).astype("float64")       # (B,) starting relevance per sentence
 
-runs = {"bias-free, epsilon (eps=0)": lrp.relevance(theta, tiny, tb, linear="epsilon", eps=0.0),
-        "bias-free, alpha-beta": lrp.relevance(theta, tiny, tb, linear="alphabeta", eps=0.0),
-        "bias-free, full attention": lrp.relevance(theta, tiny, tb, linear="epsilon", eps=0.0, attention="full"),
-        "with biases, epsilon": lrp.relevance(theta_b, tiny, tb, linear="epsilon", eps=0.0),
-        "with biases, alpha-beta": lrp.relevance(theta_b, tiny, tb, linear="alphabeta", eps=0.0),
-        "with biases, z-rule": lrp.relevance(theta_b, tiny, tb, linear="z"),
-        "with biases, z-rule, full attention": lrp.relevance(theta_b, tiny, tb, linear="z", attention="full"),
-        "with biases, official": lrp.relevance(theta_b, tiny, tb, linear="official")}
+runs = {"bias-free, epsilon (eps=0)": lrp.relevance(theta, tiny, tb, rules=lrp.Rules(linear="epsilon", eps=0.0)),
+        "bias-free, alpha-beta": lrp.relevance(theta, tiny, tb, rules=lrp.Rules(linear="alphabeta", eps=0.0)),
+        "bias-free, full attention": lrp.relevance(theta, tiny, tb, rules=lrp.Rules(linear="epsilon", eps=0.0, attention="full")),
+        "with biases, epsilon": lrp.relevance(theta_b, tiny, tb, rules=lrp.Rules(linear="epsilon", eps=0.0)),
+        "with biases, alpha-beta": lrp.relevance(theta_b, tiny, tb, rules=lrp.Rules(linear="alphabeta", eps=0.0)),
+        "with biases, z-rule": lrp.relevance(theta_b, tiny, tb, rules=lrp.Rules(linear="z")),
+        "with biases, z-rule, full attention": lrp.relevance(theta_b, tiny, tb, rules=lrp.Rules(linear="z", attention="full")),
+        "with biases, official": lrp.relevance(theta_b, tiny, tb, rules=lrp.Rules(linear="official"))}
 CONSERVING = ("with biases, z-rule", "with biases, z-rule, full attention", "with biases, official")
 drift = {name: max(float(xp.abs(t / n_real - 1).max()) for t in r.totals.values()) for name, r in runs.items()}
 for name, dv in drift.items():
@@ -332,7 +332,7 @@ print(f"LRP-0 vs gradient x input: max |difference| = {err_gxi:.1e}; "
 # %% [markdown]
 # ## 3. The heads of the trained model
 #
-# The study model of chapter 1 (`load_study`, cached in `runs/`). `minihead.reproduce.importance_stage` computes,
+# The study model of chapter 1 (`load_study`, cached in `runs/`). `minihead.stages.importance_stage` computes,
 # and caches next to the checkpoint (shared with `python -m minihead reproduce`):
 #
 # * **relevance**: `head_relevance` on the first dev pairs, the paper's z-rule per prediction (weights held constant
@@ -349,7 +349,8 @@ print(f"LRP-0 vs gradient x input: max |difference| = {err_gxi:.1e}; "
 # the cache.
 
 # %%
-from minihead.reproduce import SCALES, importance_stage
+from minihead.study import SCALES
+from minihead.stages import importance_stage
 from minihead.study import load_study
 
 scale = "quick" if QUICK else "full"
@@ -483,8 +484,8 @@ v = study.vocab
 dev_src, dev_tgt = study.splits["dev"]
 n_pp = 24 if QUICK else 60
 few = list(batches([v.encode(s) for s in dev_src[:n_pp]], [v.encode(t) for t in dev_tgt[:n_pp]], 3000))
-exact = importance.head_relevance(study.params, cfg, few, linear="official")                      # per prediction
-summed = importance.head_relevance(study.params, cfg, few, linear="official", per_position=False)  # one pass
+exact = importance.head_relevance(study.params, cfg, few, rules=lrp.Rules(linear="official"))                      # per prediction
+summed = importance.head_relevance(study.params, cfg, few, per_position=False, rules=lrp.Rules(linear="official"))  # one pass
 pp_diff = max(float(xp.abs(exact[k] - summed[k]).max()) for k in KINDS)
 pp_rho = importance.rank_agreement(exact["enc"], summed["enc"])
 print(f"{n_pp} dev sentences, official variant: per-position vs summed head relevance, max |difference| "
@@ -499,12 +500,12 @@ b8 = make_batch([v.encode(s) for s in dev_src[:8]], [v.encode(t) for t in dev_tg
 alive, alive32 = {}, {}      # rule -> largest |total / start - 1| over stages and sentences: float64, float32
 params64 = {k: a.astype(xp.float64) for k, a in study.params.items()}    # the trained weights, cast up
 fig, ax = plt.subplots(figsize=(10, 3))
-for name, opts in (("z-rule", {"linear": "z"}), ("official", {"linear": "official"}),
-                   ("epsilon", {"linear": "epsilon"})):
-    rr = lrp.relevance(params64, cfg, b8, **opts)
+for name, rules in (("z-rule", lrp.Rules(linear="z")), ("official", lrp.Rules(linear="official")),
+                    ("epsilon", lrp.Rules(linear="epsilon"))):
+    rr = lrp.relevance(params64, cfg, b8, rules=rules)
     names = list(rr.totals)
     alive[name] = max(float(xp.abs(rr.totals[s] / rr.n_start - 1).max()) for s in names)
-    rr32 = lrp.relevance(study.params, cfg, b8, **opts)
+    rr32 = lrp.relevance(study.params, cfg, b8, rules=rules)
     alive32[name] = max(float(xp.abs(rr32.totals[s] / rr32.n_start - 1).max()) for s in names)
     ax.plot(range(len(names)), [float((rr.totals[s] / rr.n_start).mean()) for s in names], "o-", ms=3, label=name)
 ax.axhline(1.0, c="gray", ls="--")
@@ -545,7 +546,7 @@ print(f"On {n_pp} sentences the two normalisations of the official variant diffe
 #   dozen heads cannot decide a correlation, and "positive in every seed" happens by chance one time in eight, so
 #   each is judged by ONE test pooled over the seeds (Fisher's z), claimed at p < `paper.ALPHA`.
 #
-# The cell below builds these verdicts for this chapter's model from `reproduce.importance_summary` of the stage
+# The cell below builds these verdicts for this chapter's model from `stages.importance_summary` of the stage
 # read above, exactly as the study did for each of its seeds, and `findings.check_claims` judges them against the
 # study: a per-model finding that holds in every seed is a claim, asserted for this model too; a pooled one that
 # holds is stated with its test, this model's $\rho$ shown beside; one that varies is shown and asserted neither
@@ -555,7 +556,8 @@ print(f"On {n_pp} sentences the two normalisations of the official variant diffe
 
 # %%
 from minihead import findings
-from minihead.reproduce import importance_summary, judge_against_study
+from minihead.stages import importance_summary
+from minihead.study import judge_against_study
 
 summ = importance_summary(imp)            # the numbers `python -m minihead reproduce` judges, from the same stage
 CLAIMS = ("few_heads", "relevance_ablation", "confident")

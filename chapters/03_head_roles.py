@@ -201,13 +201,10 @@ print("argmax of each word row:", word_map.argmax(-1).tolist())
 
 # %% [markdown]
 # Which model: in quick mode (the tests) the small `quick` preset (3 encoder and 2 decoder layers of 2 heads of 32
-# dimensions, 1,200 steps without dropout, about 2 minutes on one core), in which syntactic heads for three or four of
-# the relations form in every seed with one BLAS thread (two to four with two threads) but the best +1 head stops at
-# 0.68-0.87 of the argmaxes, short of a positional head (the README's findings section has the numbers over seeds);
-# in full
-# mode the `default` preset, the `emerge` recipe (6 encoder and 2 decoder layers, 2 heads of 64 dimensions per layer,
-# 2,400 steps on all 30k pairs, about 10 minutes on one core the first time), in which the translation's needs are met
-# by encoder heads (issue 18; the README's findings section has its study over seeds and the control language).
+# dimensions, 1,200 steps without dropout), in which syntactic heads form but the best +1 head stops short of a
+# positional head (section 6 prints the numbers over seeds); in full mode the `default` preset, the `emerge` recipe
+# (6 encoder and 2 decoder layers, 2 heads of 64 dimensions per layer, 2,400 steps on all 30k pairs), in which the
+# translation's needs are met by encoder heads (section 6 and the control language of section 5 show it).
 
 # %%
 from minihead.study import load_study
@@ -325,7 +322,8 @@ plt.show()
 # z-rule shares of a layer nearly cancel on these models (chapter 2, section 3.3), so they cannot rank heads.
 
 # %%
-from minihead.reproduce import SCALES, importance_stage
+from minihead.study import SCALES
+from minihead.stages import importance_stage
 
 S_ = SCALES["quick"]   # the quick scale's sizes (300 dev pairs, 150 for the ablation) for either model: enough to rank heads
 imp = importance_stage(study, S_["n_dev"], S_["n_ablation"])
@@ -376,16 +374,16 @@ print("most relevant head of each layer:", top, "-> with a role:", [letters(lh) 
 # %%
 import os as _os
 
-from minihead import emergence
-from minihead.reproduce import STUDIES, load_shipped_study
+from minihead.report import plot_trace, trace_table
+from minihead.study import STUDIES, load_shipped_study, load_trace
 
-traces = {name: emergence.load_trace(_os.path.join(STUDIES, f"trace-{name}.json"))
+traces = {name: load_trace(_os.path.join(STUDIES, f"trace-{name}.json"))
           for name in ("quick", "quick-control")}
 for name, doc in traces.items():
     print(f"{name} ({doc['data']}), BLAS threads {doc['blas_threads']}:")
-    print(emergence.trace_table({int(k): rows for k, rows in doc["traces"].items()}))
+    print(trace_table({int(k): rows for k, rows in doc["traces"].items()}))
     print()
-fig = emergence.plot_trace([traces["quick"], traces["quick-control"]], labels=["needs", "control"])
+fig = plot_trace([traces["quick"], traces["quick-control"]], labels=["needs", "control"])
 plt.show()
 
 # %% [markdown]
@@ -416,8 +414,8 @@ print("in every seed, from step 1000 on: the +1 head above the control's best +-
 # amount of data: more data changes which seed misses, not how many.
 
 # %%
-traces["quick-30k"] = emergence.load_trace(_os.path.join(STUDIES, "trace-quick-30k.json"))
-fig = emergence.plot_trace([traces["quick"], traces["quick-30k"]], labels=["10k pairs", "30k pairs"])
+traces["quick-30k"] = load_trace(_os.path.join(STUDIES, "trace-quick-30k.json"))
+fig = plot_trace([traces["quick"], traces["quick-30k"]], labels=["10k pairs", "30k pairs"])
 plt.show()
 
 # %% [markdown]
@@ -430,9 +428,9 @@ plt.show()
 # confidence first.
 
 # %%
-traces["default"] = emergence.load_trace(_os.path.join(STUDIES, "trace-default.json"))
-print(emergence.trace_table({int(k): rows for k, rows in traces["default"]["traces"].items()}))
-fig = emergence.plot_trace([traces["default"]], labels=["default"])
+traces["default"] = load_trace(_os.path.join(STUDIES, "trace-default.json"))
+print(trace_table({int(k): rows for k, rows in traces["default"]["traces"].items()}))
+fig = plot_trace([traces["default"]], labels=["default"])
 plt.show()
 shipped = {p["seed"]: p for p in load_shipped_study("emerge")["per_seed"]}
 for seed in traces["default"]["seeds"]:
@@ -452,7 +450,7 @@ for seed in traces["default"]["seeds"]:
 # exists, with confidence reported beside, not required; sec. 5.2: 10 points over the best fixed offset; sec. 5.3: a
 # FIRST-layer head on the rarest token at least half of the time, over sentences whose rarest token is outside the
 # 500 most frequent), so no threshold is retyped here. The sections above looked at the dev trees, which the
-# recipes were chosen on; the verdicts are judged on the **test** trees, which no recipe saw (`reproduce.roles_stage`).
+# recipes were chosen on; the verdicts are judged on the **test** trees, which no recipe saw (`stages.roles_stage`).
 # Two more findings join them here, the paper's headline link between the two halves of its title: the heads with a
 # role carry more LRP relevance than the others, and removing one costs more BLEU (each judged by one permutation
 # test pooled over the seeds).
@@ -468,7 +466,8 @@ for seed in traces["default"]["seeds"]:
 
 # %%
 from minihead import findings
-from minihead.reproduce import judge_against_study, roles_stage
+from minihead.study import judge_against_study
+from minihead.stages import roles_stage
 
 scale = "quick" if QUICK else "full"
 report = roles_stage(study)            # the test trees, as the study judges them

@@ -33,7 +33,7 @@ QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 import time
 import matplotlib.pyplot as plt
 
-from minihead import backend, paper
+from minihead import backend, findings, paper, stages
 from minihead import prune as P
 from minihead.backend import xp
 from minihead.study import load_study
@@ -44,12 +44,12 @@ host = backend.to_host
 # lr 0.2, BLEU on the first 200 test sentences. Full mode: the default model (6+2 layers x 2 heads of 64), the
 # training batch size, gates at lr 0.1, the whole test set (1000). In both, a run trains until 90% of its gates are
 # settled (see below); STEPS is only the cap.
-from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
+from minihead.study import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
 SCALE = "quick" if QUICK else "full"
 S = SCALES[SCALE]
 STUDY, STEPS, N_TEST, LAMBDAS = S["study"], S["prune_steps"], S["n_test"], S["enc_lambdas"]
-PRUNE = dict(S["prune"])
-LR_GATES, MAX_TOKENS = PRUNE["lr_gates"], PRUNE["max_tokens"]
+PRUNE = P.PruneSettings.of(**S["prune"])     # how every run trains (minihead.prune.PruneSettings)
+LR_GATES, MAX_TOKENS = PRUNE.lr_gates, PRUNE.max_tokens
 
 study = load_study(STUDY, progress=False)
 cfg = study.cfg
@@ -63,7 +63,7 @@ print(f"study model {study.name!r}: {cfg.n_enc_layers} encoder layers x {cfg.n_h
 # cached under `runs/<study>/` (`prune-*.json`), keyed by every setting and a fingerprint of the model's weights.
 
 # %%
-base = P.baseline(study, n_test=N_TEST)
+base = stages.baseline(study, n_test=N_TEST)
 print(f"test BLEU, all {n_heads} encoder heads, first {N_TEST} test sentences: {base['bleu']:.2f}")
 
 # %% [markdown]
@@ -72,10 +72,10 @@ print(f"test BLEU, all {n_heads} encoder heads, first {N_TEST} test sentences: {
 # One pruning run per $\lambda$, all from the same model with the same seed (same batches, same gate noise). Every
 # run also trains the encoder on, and runs stop at different steps (once their gates settle), so comparing a run
 # with the model before pruning mixes the pruning with the extra training. The reference of each run is therefore
-# the $\lambda = 0$ run **at the same step** (`prune.reference_bleu`: one $\lambda = 0$ run with the same seed,
+# the $\lambda = 0$ run **at the same step** (`stages.reference_bleu`: one $\lambda = 0$ run with the same seed,
 # scored after each step where some run stopped; the same seed draws the same batches and gate noise, so its first
 # $n$ steps are the $\lambda = 0$ run of $n$ steps). The sweep also re-measures the head roles of every pruned model
-# with its gates (`reproduce.functions_after`, on the test trees), for section 4.
+# with its gates (`stages.functions_after`, on the test trees), for section 4.
 #
 # **How long a run trains.** The paper trains until the gates converge to "almost completely closed or completely
 # open". A gate counts as *settled* when one of its point masses holds more than 95% of its distribution,
@@ -88,10 +88,10 @@ print(f"test BLEU, all {n_heads} encoder heads, first {N_TEST} test sentences: {
 # (a kept head may be scaled by a gate between 0 and 1) is reported beside it.
 
 # %%
-from minihead.reproduce import functions_after
+from minihead.stages import functions_after
 
-runs = P.sweep(study, LAMBDAS, "enc", STEPS, n_test=N_TEST, after=functions_after(study, S.get("n_trees")), **PRUNE)
-runs = P.with_reference(study, runs, n_test=N_TEST, **PRUNE)     # ref_bleu: lambda = 0 at the run's own step
+runs = stages.sweep(study, LAMBDAS, "enc", STEPS, PRUNE, n_test=N_TEST, after=functions_after(study, S.get("n_trees")))
+runs = stages.with_reference(study, runs, PRUNE, n_test=N_TEST)     # ref_bleu: lambda = 0 at the run's own step
 ref = runs[0]
 assert ref["lam"] == 0.0
 print(f"\n{'lambda':>7} {'kept':>5}  per layer      {'BLEU':>6} {'vs reference':>12} {'vs before':>9}   "
@@ -126,7 +126,7 @@ plt.tight_layout()
 #
 # Left, our sweep, each run beside its reference (the $\lambda = 0$ run at the same step). Right, the change in BLEU
 # against the **share** of encoder heads retained, ours (relative to that reference) beside the paper's two
-# reported points; the scales differ (48 heads and ~30 BLEU there, our numbers above here), so only the shape
+# reported points; the scales differ (the paper's 48 heads and its BLEU near 30, our numbers above here), so only the shape
 # compares.
 
 # %%
@@ -149,7 +149,7 @@ plt.tight_layout()
 # ## 4. Which heads survive, and what they do (Figure 8)
 #
 # The roles of chapter 3 (`minihead.analysis.head_roles` on the gold test trees, read through
-# `reproduce.roles_stage` as the study over seeds reads them): positional (the argmax lands on the same neighbour in
+# `stages.roles_stage` as the study over seeds reads them): positional (the argmax lands on the same neighbour in
 # at least 90% of the queries where it exists), syntactic (at least 10 points above the best fixed-offset baseline
 # on one relation and direction) and the rare-word head (first layer, on the rarest token at least half of the
 # time). The grid colours each survivor by its role in the model **before** pruning; pruning fine-tunes the
@@ -157,7 +157,7 @@ plt.tight_layout()
 # each pruned model still perform, their roles re-measured with its gates. Each row is one run, from all heads down.
 
 # %%
-from minihead.reproduce import roles_stage
+from minihead.stages import roles_stage
 report = roles_stage(study, S.get("n_trees"))                    # head_roles on the test trees, as reproduce does
 roles = report.roles                                              # {(l, h): set of roles}
 for lh in sorted(roles):
@@ -195,7 +195,6 @@ plt.tight_layout()
 # relation, rare-word), then after each run, re-measured on the pruned model.
 
 # %%
-from minihead import findings
 before = findings.functions(roles, report)
 print(f"before pruning ({n_heads} heads): {', '.join(before) or 'none'}")
 for r in sorted(runs, key=lambda r: -r["n_retained"]["enc"]):
@@ -232,7 +231,7 @@ print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions
 
 # %%
 from minihead import findings
-from minihead.reproduce import judge_against_study
+from minihead.study import judge_against_study
 
 from minihead.importance import rank_agreement as spearman
 
@@ -284,8 +283,8 @@ print(f"chapter done in {time.time() - T0:.0f} s")
 #    - *Hint:* $J$ is `ce + lam * l0` of the same call; `numerical_grad` perturbs `log_alpha[k]` in place.
 #    - Solution: `solutions/05_solutions.py`, `exercise_2`.
 # 3. **A lambda sweep in miniature.** Prune an untrained tiny model (the test suite's tiny settings, `study.prepare("quick", "data_small", **TINY)`) with frozen weights at three values of $\lambda$ and count the encoder heads kept.
-#    - *Hint:* `prune.prune(..., lr_params=0.0, settle=None)`; the count cannot grow with $\lambda$.
+#    - *Hint:* `prune.prune(..., settings=prune.PruneSettings(lr_params=0.0, settle=None))`; the count cannot grow with $\lambda$.
 #    - Solution: `solutions/05_solutions.py`, `exercise_3`.
-# 4. **Figure 8's claim on one mask.** Give three heads of a 3 x 2 encoder a role, prune it two ways, and check `prune.specialised_share` by hand.
+# 4. **Figure 8's claim on one mask.** Give three heads of a 3 x 2 encoder a role, prune it two ways, and check `findings.specialised_share` by hand.
 #    - *Hint:* It returns (share with a role among the kept heads, share among all heads); the claim is first > second.
 #    - Solution: `solutions/05_solutions.py`, `exercise_4`.

@@ -32,7 +32,7 @@ QUICK = os.environ.get("MINIHEAD_QUICK", "0") == "1"
 import time
 import matplotlib.pyplot as plt
 
-from minihead import backend, paper
+from minihead import backend, findings, paper, stages
 from minihead import prune as P
 from minihead.backend import xp
 from minihead.model import GATE_KINDS
@@ -45,13 +45,13 @@ host = backend.to_host
 # ONE configuration trained from scratch (the most pruned one; its training is most of this chapter's time). Full
 # mode: the default model (6+2 layers x 2 heads of 64), two lambdas, the training batch size, gates at lr 0.1, the
 # whole test set, both configurations also trained from scratch.
-from minihead.reproduce import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
+from minihead.study import SCALES      # the settings `python -m minihead reproduce` uses too (shared cache)
 SCALE = "quick" if QUICK else "full"
 S = SCALES[SCALE]
 STUDY, STEPS, N_TEST = S["study"], S["prune_steps"], S["n_test"]
 LAMBDAS, N_SCRATCH = S["all_lambdas"], S["n_scratch"]
-PRUNE = {**S["prune"], **S["prune_all"]}
-LR_GATES, MAX_TOKENS = PRUNE["lr_gates"], PRUNE["max_tokens"]
+PRUNE = P.PruneSettings.of(**{**S["prune"], **S["prune_all"]})     # how every run trains
+LR_GATES, MAX_TOKENS = PRUNE.lr_gates, PRUNE.max_tokens
 NAMES = {"enc": "encoder self", "dec_self": "decoder self", "dec_enc": "decoder-encoder"}
 
 study = load_study(STUDY, progress=False)
@@ -66,8 +66,8 @@ print(f"study model {study.name!r}: heads per attention type {total}")
 # pruning is the reference (cached, shared with chapter 5).
 
 # %%
-base = P.baseline(study, n_test=N_TEST)
-runs = P.sweep(study, LAMBDAS, "all", STEPS, n_test=N_TEST, **PRUNE)
+base = stages.baseline(study, n_test=N_TEST)
+runs = stages.sweep(study, LAMBDAS, "all", STEPS, PRUNE, n_test=N_TEST)
 print(f"\nbefore pruning: test BLEU {base['bleu']:.2f} ({N_TEST} sentences)")
 print(f"{'lambda':>7}  {'enc':>7} {'dec_self':>9} {'dec_enc':>8}   BLEU (continuous)  settled  steps")
 for r in runs:
@@ -94,7 +94,7 @@ axes[1].set(xscale="log", xlabel="lambda", ylabel="share of heads retained")
 axes[0].legend(fontsize=8)
 plt.tight_layout()
 
-first, t_half = P.encoder_closes_first(last, cfg)      # kind -> first logged step with at most half open
+first, t_half = findings.encoder_closes_first(last, cfg)      # kind -> first logged step with at most half open
 for k in GATE_KINDS:
     print(f"{NAMES[k]:>16}: half of the heads closed at step {t_half[k]}")
 
@@ -117,7 +117,7 @@ plt.tight_layout()
 mid = (cfg.n_dec_layers - 1) / 2
 for r in runs:
     print(f"lambda {r['lam']:g}: mean layer of retained heads (0 = lowest, middle {mid:g}): "
-          + ", ".join(f"{NAMES[k]} {P.mean_layer(r['retained'][k]):.2f}" for k in GATE_KINDS))
+          + ", ".join(f"{NAMES[k]} {findings.mean_layer(r['retained'][k]):.2f}" for k in GATE_KINDS))
 
 # %% [markdown]
 # ## 4. Pruned versus trained from scratch (Table 2)
@@ -127,13 +127,13 @@ for r in runs:
 
 # %%
 chosen = runs[-N_SCRATCH:]
-budgets = [S["scratch_steps"] or P.scratch_budget(study, r["steps_used"], prune_max_tokens=MAX_TOKENS)
+budgets = [S["scratch_steps"] or stages.scratch_budget(study, r["steps_used"], prune_max_tokens=MAX_TOKENS)
            for r in chosen]
 for r, budget in zip(chosen, budgets):
     print(f"from-scratch budget for lambda {r['lam']:g}: {study.history[-1]['step']} training steps + "
           f"{r['steps_used']} pruning steps of {MAX_TOKENS} tokens = {budget} steps of the study's batch size")
 # the pruning steps each run used, as `python -m minihead reproduce` counts them (so its cache is shared)
-scratch = [P.from_scratch(study, r["retained"], budget, n_test=N_TEST) for r, budget in zip(chosen, budgets)]
+scratch = [stages.from_scratch(study, r["retained"], budget, n_test=N_TEST) for r, budget in zip(chosen, budgets)]
 rows = []
 for r, s in zip(chosen, scratch):
     heads = tuple(r["n_retained"][k] for k in GATE_KINDS)
@@ -176,7 +176,7 @@ for data, table in paper.TABLE2.items():
 
 # %%
 from minihead import findings
-from minihead.reproduce import judge_against_study
+from minihead.study import judge_against_study
 
 CLAIMS = ("encoder_first", "dec_enc_last", "decoder_layers", "pruned_vs_scratch")
 verdicts = {"encoder_first": findings.encoder_pruned_first(runs, cfg),          # as findings.study_verdicts
@@ -215,15 +215,15 @@ print(f"chapter done in {time.time() - T0:.0f} s")
 # (`python chapters/solutions/06_solutions.py exercise_K`) and checked by `tests/test_solutions.py`; it
 # ends with asserts on its result.
 #
-# 1. **Which type goes first, from the log.** Write two pruning logs by hand, one where the encoder loses half its heads first and one where decoder self-attention does, and check `prune.encoder_closes_first`.
+# 1. **Which type goes first, from the log.** Write two pruning logs by hand, one where the encoder loses half its heads first and one where decoder self-attention does, and check `findings.encoder_closes_first`.
 #    - *Hint:* A log entry is `{"step": ..., "open": {kind: heads open}}`; `half_closed_step` reads it.
 #    - Solution: `solutions/06_solutions.py`, `exercise_1`.
-# 2. **Where heads survive.** Make runs whose decoder self-attention survivors sit in layer 0 and decoder-encoder survivors in layer 1, and the mirror image; check `prune.survivor_layers` and `prune.type_order_holds`.
+# 2. **Where heads survive.** Make runs whose decoder self-attention survivors sit in layer 0 and decoder-encoder survivors in layer 1, and the mirror image; check `findings.survivor_layers` and `findings.type_order_holds`.
 #    - *Hint:* A run is `{"retained": {kind: (L, H) mask}, "n_retained": {kind: count}}`; the middle layer is $(L_{dec} - 1)/2$.
 #    - Solution: `solutions/06_solutions.py`, `exercise_2`.
 # 3. **Judging Table 2.** Feed `findings.pruned_beats_scratch` made-up BLEU for two seeds of two configurations, and `findings.summarize` the seeds: find a case that holds (the gap's 95% interval above 0), one with a LARGER mean gain that does not, and say why.
 #    - *Hint:* The summary's `"pooled"` holds the mean gap and its interval (`low`, `high`); the interval's width grows with the spread of the gaps.
 #    - Solution: `solutions/06_solutions.py`, `exercise_3`.
-# 4. **Gates on every type of a tiny model.** Prune an untrained tiny model with `kinds=model.GATE_KINDS` at $\lambda = 0$ and at a large $\lambda$, and read the share kept per type with `prune.retained_shares`.
+# 4. **Gates on every type of a tiny model.** Prune an untrained tiny model with `kinds=model.GATE_KINDS` at $\lambda = 0$ and at a large $\lambda$, and read the share kept per type with `findings.retained_shares`.
 #    - *Hint:* Freeze the weights (`lr_params=0.0`); the run's `history` counts the open heads of every type.
 #    - Solution: `solutions/06_solutions.py`, `exercise_4`.

@@ -13,9 +13,9 @@ Functions: :func:`encoder_word_maps`, :func:`decoder_maps`, :func:`unknown_words
 :func:`add_roles_command` / :func:`cmd_roles` (``python -m minihead roles``).
 """
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from . import backend, paper, roles
+from . import backend, figures, roles
 from .backend import xp
 from .data.bpe import CONT, piece_to_word
 from .data.vocab import UNK, batches
@@ -254,7 +254,6 @@ def plot_scores(report, axes=None):
     """Four per-head heat maps: confidence, the larger positional share, the best syntactic
     accuracy minus its baseline (points), the rarest-word share, each on its fixed range of
     :mod:`minihead.figures` (the same in every chapter). Returns the matplotlib Figure."""
-    from . import figures
     w = 0.7 * report.n_heads + 2.0
     if axes is None:
         _, axes = figures.new_figure(1, 4, figsize=(4 * w, 0.5 * report.n_layers + 2.0))
@@ -281,7 +280,6 @@ def plot_scores(report, axes=None):
 def plot_sentence(report, index=0, max_words=25):
     """Every head's attention map on sentence ``index`` (a grid layers x heads, roles in the
     titles), on the fixed attention range 0..1. Returns the matplotlib Figure."""
-    from . import figures
     maps = backend.to_host(report.maps[index])                                    # (L, H, W, W)
     words = report.words[index][:max_words]
     n = len(words)
@@ -303,7 +301,7 @@ def plot_sentence(report, index=0, max_words=25):
 def save_figures(report, out_dir, index=0):
     """Write head_scores.png (:func:`plot_scores`) and heads_sentence<index>.png
     (:func:`plot_sentence`) into ``out_dir``; returns their paths."""
-    import matplotlib
+    import matplotlib   # here: the package imports without matplotlib; only saving figures needs it
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
@@ -321,102 +319,4 @@ def save_figures(report, out_dir, index=0):
 # ----------------------------------------------------------------------------------------------
 # Command line: python -m minihead roles CHECKPOINT [--conllu FILE] [--bpe FILE] [--out DIR]
 
-def add_roles_command(subparsers):
-    """Register the ``roles`` sub-command on an argparse ``add_subparsers()`` object."""
-    s = subparsers.add_parser("roles", help="encoder head roles: positional, syntactic, rare-word")
-    s.add_argument("checkpoint")
-    s.add_argument("--conllu", default=None, help="gold trees of source sentences "
-                   "(default data_small/dev.conllu)")
-    s.add_argument("--bpe", default=None, help="BPE merges the model's source was segmented with")
-    s.add_argument("--train-src", default=None, help="word-tokenized source training text, for the "
-                   "rare-word frequencies (default data_small/train.src without --conllu, first "
-                   "n_train lines as the checkpoint's training used)")
-    s.add_argument("--lower", action="store_true", help="lowercase the CoNLL-U forms and the training "
-                   "text (for a model trained on lowercased text)")
-    s.add_argument("--max-sentences", type=int, default=None, help="analyse only the first N trees")
-    s.add_argument("--max-unknown", type=float, default=0.5, help="refuse when more than this share "
-                   "of the words is unknown to the vocabulary")
-    s.add_argument("--out", default=None, help="figure folder (default: roles/ beside the checkpoint)")
-    s.set_defaults(func=cmd_roles)
-    return s
 
-
-def _need_file(path, what):
-    if not os.path.isfile(path):
-        raise AnalysisError(f"{path}: no such {what} file")
-
-
-def _frequencies(path, lower, n_lines=None):
-    from .data.corpus import read_lines
-    from .data.vocab import frequencies
-    lines = read_lines(path)[:n_lines]
-    return frequencies((ln.lower() if lower else ln).split() for ln in lines)
-
-
-def cmd_roles(a):
-    """The ``roles`` command; returns the RolesReport. Bad input raises a MiniheadError whose message
-    is one line naming the file and the problem."""
-    from . import checkpoint
-    from .data.bpe import BPE
-    from .data.conllu_io import read_conllu
-    from .data.corpus import REPO_ROOT
-
-    ck = checkpoint.load(a.checkpoint)
-    default_data = REPO_ROOT / "data_small"
-    conllu = a.conllu or str(default_data / "dev.conllu")
-    _need_file(conllu, "CoNLL-U")
-    bpe = None
-    if a.bpe:
-        _need_file(a.bpe, "BPE")
-        bpe = BPE.load(a.bpe)
-    trees = read_conllu(conllu)[:a.max_sentences]
-    if not trees:
-        raise AnalysisError(f"{conllu}: no sentences")
-    if a.lower:
-        trees = [replace(t, tokens=[w.lower() for w in t.tokens]) for t in trees]
-    words = [t.tokens for t in trees]
-
-    unknown = unknown_words(ck.vocab, words, bpe)
-    n_words = sum(len(w) for w in words)
-    if len(unknown) > a.max_unknown * n_words:
-        s, k = unknown[0]
-        lines = getattr(trees[s], "line_numbers", None)
-        where = f"{conllu}:{lines[k]}" if lines else f"{conllu}, sentence {s + 1}"
-        raise AnalysisError(f"{where}: {len(unknown)} of {n_words} words are unknown to the vocabulary "
-                            f"of {a.checkpoint} (first: {words[s][k]!r}); wrong model, or does it need "
-                            f"--bpe / --lower?")
-
-    train_src = a.train_src or (None if a.conllu else str(default_data / "train.src"))
-    if train_src:
-        _need_file(train_src, "training source")
-        n_train = (ck.meta.get("train") or {}).get("n_train") if not a.train_src else None
-        freqs, source = _frequencies(train_src, a.lower, n_train), train_src
-    elif bpe is None:
-        # Joint source+target counts of the vocabulary: an approximation, said so below.
-        freqs = {t: c for t, c in zip(ck.vocab.itos, ck.vocab.counts) if c > 0}
-        source = "the checkpoint vocabulary's joint source+target counts"
-    else:
-        freqs, source = None, None   # the vocabulary's piece counts are no word frequencies
-
-    report = head_roles(ck.params, ck.cfg, ck.vocab, trees, freqs, bpe=bpe)
-    print(f"{a.checkpoint}: encoder {report.n_layers} layers x {report.n_heads} heads on {len(trees)} "
-          f"sentences of {conllu} ({report.n_words} words, {report.n_unknown} unknown"
-          f"{', BPE ' + a.bpe if a.bpe else ''})")
-    print("\n## Positional heads (argmax at -1 / +1; brackets: queries where the offset exists)\n")
-    print(format_positional(report))
-    print(f"\npositional (>= 0.90): {report.heads_with('positional') or 'none'}")
-    print("\n## Syntactic heads: Table 1 (best head / most-frequent-offset baseline, %)\n")
-    print(format_table(report))
-    print(f"\nsyntactic (>= baseline + 10 points): {report.heads_with('syntactic') or 'none'}")
-    print("\n## Rare-word heads\n")
-    if source is None:
-        print("(skipped: with --bpe the word frequencies need --train-src)")
-    else:
-        print(f"word frequencies from {source}")
-        print(format_rare(report))
-        print(f"\nrare-word head (a first-layer head on the rarest token >= {paper.RARE_SHARE:.0%} of the time): "
-              f"{report.heads_with('rare') or 'none'}")
-    out = a.out or os.path.join(os.path.dirname(os.path.abspath(a.checkpoint)), "roles")
-    paths = save_figures(report, out)
-    print(f"\nfigures: {', '.join(paths)}")
-    return report

@@ -42,7 +42,7 @@ name = "numpy"
 
 def _load_cupy():
     try:
-        import cupy
+        import cupy   # optional: only with MINIHEAD_BACKEND=cupy on a machine with a GPU
     except ImportError as exc:  # pragma: no cover - depends on the machine
         raise BackendError(
             "MINIHEAD_BACKEND=cupy was asked for but CuPy is not installed "

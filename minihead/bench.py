@@ -23,17 +23,21 @@ import argparse
 import cProfile
 import io
 import json
+import math
 import os
 import pstats
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import time
 
-from . import backend, kernels, model, shards
+from . import backend, kernels, lrp, model, shards
+from .data.corpus import REPO_ROOT
 from .data.vocab import make_batch
 from .optim import Adam, clip_grad_norm
+from .train import PRESETS, preset
 
 OURS = "minihead"
 SHARDED = "minihead, shards"
@@ -44,7 +48,6 @@ BENCH_CONFIGS = {"paper": dict(n_enc_layers=6, n_dec_layers=6, n_heads=8, d_mode
 
 def bench_config(config, vocab_size):
     """The model Config of a training preset (:data:`minihead.train.PRESETS`) or of :data:`BENCH_CONFIGS`."""
-    from .train import preset
     if config in BENCH_CONFIGS:
         return model.Config(vocab_size=vocab_size, **BENCH_CONFIGS[config])
     return preset(config, vocab_size)[0]
@@ -95,7 +98,7 @@ def numpy_step_fn(cfg, params, n_shards=1, fused=True):
 
 def autograd_step_fn(cfg, params):
     """The same forward, differentiated by autograd instead of our backward pass."""
-    import autograd
+    import autograd            # optional: autograd is a test-only dependency
     import autograd.numpy as anp
     opt = Adam(params)
     gen = backend.rng(0)
@@ -111,11 +114,10 @@ def autograd_step_fn(cfg, params):
 def torch_step_fn(cfg, device="cpu"):
     """PyTorch eager on the identical architecture (pre-norm, tied embeddings, same sizes), on the CPU or,
     with ``device="cuda"``, on the GPU (the batches handed over without a copy, through DLPack)."""
-    import math
-    import torch
+    import torch               # optional: the comparison runs only where torch is installed
     import torch.nn.functional as F
-    if blas_threads() and device == "cpu":
-        torch.set_num_threads(blas_threads())        # the same thread count as NumPy's BLAS
+    if requested_blas_threads() and device == "cpu":
+        torch.set_num_threads(requested_blas_threads())        # the same thread count as NumPy's BLAS
     torch.manual_seed(0)
     d, H, V = cfg.d_model, cfg.n_heads, cfg.vocab_size
 
@@ -270,12 +272,11 @@ def gemm_fn(cfg, batch, dtype="float32"):
 
 
 # --------------------------------------------------------------------------- relevance pass
-def bench_relevance(params, cfg, batches, repeats=3, **options):
+def bench_relevance(params, cfg, batches, repeats=3, rules=None):
     """Measured cost of the relevance pass over ``batches`` relative to a training-style forward plus
     backward pass (model.loss_and_grads, no dropout) over the same batches: the two passes alternate
     ``repeats`` times and the result is the median of t_relevance / t_forward_backward over the
-    repeats (a float). ``options`` go to :func:`minihead.lrp.relevance`."""
-    from . import lrp
+    repeats (a float). ``rules``: the :class:`minihead.lrp.Rules` of :func:`minihead.lrp.relevance` (None: its default)."""
     batches = list(batches)
 
     def fb():
@@ -287,7 +288,7 @@ def bench_relevance(params, cfg, batches, repeats=3, **options):
     def rel():
         acc = 0.0
         for b in batches:
-            acc += float(lrp.relevance(params, cfg, b, **options).src.sum())
+            acc += float(lrp.relevance(params, cfg, b, rules=rules).src.sum())
         return acc
 
     def seconds(fn):
@@ -354,17 +355,14 @@ def peak_memory_mib(config, vocab_size, n_steps=8, n_shards=1):
     """Peak resident memory (MiB) of a fresh process that builds the model and runs ``n_steps`` steps (with
     ``n_shards`` > 1, plus the peaks of its worker processes)."""
     code = f"from minihead.bench import _steps_only; _steps_only({config!r}, {vocab_size}, {n_steps}, {n_shards})"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["peak_rss_mib"]
 
 
-def _package_root():
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def blas_threads():
-    """The BLAS thread count asked for in the environment (None: the library's default, all cores)."""
+def requested_blas_threads():
+    """The BLAS thread count ASKED FOR in the environment (None: the library's default, all cores), which the
+    torch baseline is given too; :func:`minihead.study.blas_threads` is the count the library USES now."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if os.environ.get(var):
             return int(os.environ[var])
@@ -383,7 +381,7 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     batches = synthetic_batches(vocab_size)
     n_tok = sum(b.n_tokens for b in batches)
     flops = sum(step_flops(cfg, b) for b in batches)
-    threads = blas_threads()
+    threads = requested_blas_threads()
     log(f"config {config!r}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_heads} heads, d_model "
         f"{cfg.d_model}, d_ff {cfg.d_ff}, vocabulary {vocab_size}; {len(batches)} batches of "
         f"~{n_tok // len(batches)} target tokens; backend {backend.name}, BLAS threads "
@@ -479,7 +477,7 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
 def peak_tflops(n=8192, repeats=10):
     """The GPU's dense matrix rate in TFLOP/s, bf16 and float32 (TF32 off), on n x n x n products by PyTorch:
     the ceiling the step's own products are held to."""
-    import torch
+    import torch               # optional: only on a GPU machine with torch
     out = {}
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -530,8 +528,7 @@ def gpu_table(doc):
 
 def write_gpu_doc(root=None):
     """Rewrite the table between docs/gpu.md's gpu-bench markers from docs/bench/h200.json; returns the path."""
-    import re
-    root = root or _package_root()
+    root = root or str(REPO_ROOT)
     path = os.path.join(root, "docs", "gpu.md")
     with open(os.path.join(root, "docs", "bench", "h200.json"), encoding="utf-8") as f:
         table = gpu_table(json.load(f))
@@ -546,7 +543,7 @@ def write_gpu_doc(root=None):
 
 def _torch_version():
     try:
-        import torch
+        import torch           # optional: absent where torch is not installed
         return torch.__version__.split("+")[0]
     except ImportError:
         return ""
@@ -601,7 +598,6 @@ def main(argv=None):
     if a.gpu_doc:
         print(write_gpu_doc())
         return
-    from .train import PRESETS
     if a.config not in PRESETS and a.config not in BENCH_CONFIGS:
         p.error(f"--config {a.config!r}: choose one of {', '.join([*PRESETS, *BENCH_CONFIGS])}")
     if a.vocab < 5:

@@ -12,13 +12,18 @@ import contextlib
 import glob
 import json
 import os
+import signal
+import threading
 import zipfile
 
 from . import backend
 from .backend import xp
+from .data.vocab import Vocab
 from .errors import CheckpointError, RunLockedError
+from .model import Config, init_params
 
 LOCK_NAME = "run.lock"
+MODEL_FILES = ("best.npz", "last.npz", "done.json")   # what a training folder holds once it has saved
 _held = {}   # absolute folder -> how many nested run_lock() calls of this process hold it
 
 
@@ -146,22 +151,53 @@ def save(path, params, cfg, vocab, optimizer=None, rng=None, meta=None, extra=No
     return _write_atomically(path, "wb", lambda f: backend.save_npz(f, arrays))
 
 
+@contextlib.contextmanager
+def _signals_held(signums=(signal.SIGINT, signal.SIGTERM)):
+    """Hold SIGINT and SIGTERM while the block runs, then deliver them to the handlers they had: an interrupt that
+    lands inside a writer (numpy's zip writer) would otherwise break the writer's own clean-up and end the command
+    with a traceback instead of its one line saying where to resume. Only in the main thread, where Python runs
+    signal handlers; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    for s in got[:1]:                      # one delivery, to the handler the signal had before
+        if callable(old[s]):
+            old[s](s, None)
+        else:                              # the default action (or ignored): the signal again, now unheld
+            os.kill(os.getpid(), s)
+
+
 def _write_atomically(path, mode, write):
     """``write(f)`` into a temporary file beside ``path``, fsync, then ``os.replace``: a reader sees the old file
-    or the new one, never half of one; the temporary is removed if anything fails."""
+    or the new one, never half of one; the temporary is removed if anything fails. Ctrl-C (and SIGTERM) during the
+    write is held until the file is in place (:func:`_signals_held`)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with _signals_held():
+        try:
+            with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
     return path
+
+
+def plain(obj):
+    """``obj`` as it reads back from JSON (tuples as lists, keys as strings, numpy floats as floats): a result
+    computed now equals the same result read from a file, so a cached and a fresh run compare equal."""
+    return json.loads(json.dumps(obj))
 
 
 def save_json(path, obj):
@@ -210,8 +246,6 @@ def load(path, expect_cfg=None, expect_vocab=None, expect_train=None):
     and ``expect_train`` (the training settings as ``TrainConfig.to_dict()`` gives them, compared with the ones
     saved in the metadata) make a checkpoint of another model, another vocabulary or another training (a run
     folder copied from another seed, say) an error rather than a model used in their place."""
-    from .data.vocab import Vocab
-    from .model import Config, init_params
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such checkpoint file" if not os.path.isdir(path) else
                               f"{path}: is a folder, expected a checkpoint file (.npz)")

@@ -1,11 +1,11 @@
-"""The command line, ``python -m minihead {train,translate,evaluate,importance,roles,prune,reproduce} ...``.
+"""The command line, ``python -m minihead {train,translate,evaluate,importance,roles,prune,reproduce,emergence} ...``.
 
-Every sub-command is registered here (:func:`build_parser`), with argparse types that refuse bad values
-(a beam of 0, a negative count, ``--lambda nan``), and has one ``validate_<command>(args)`` that checks the
-rest before any work: input files exist and are files, output paths can be created and written, settings
-have the right type and range, and a training never replaces a trained model unless asked (``--overwrite``;
-``--resume`` continues it). A run folder has one writer: the commands that train take its lock
-(:func:`minihead.checkpoint.run_lock`) before working.
+Every sub-command's parser is here (:func:`build_parser`), with argparse types that refuse bad values (a beam of 0,
+a negative count, ``--lambda nan``), and one ``validate_<command>(args)`` that checks the rest before any work:
+input files exist and are files, output paths can be created and written, settings have the right type and range,
+and a training never replaces a trained model unless asked (``--overwrite``; ``--resume`` continues it). A run
+folder has one writer: the commands that train take its lock (:func:`minihead.checkpoint.run_lock`) before working.
+What each command then does is ``minihead.commands.cmd_<command>``.
 
 Errors about the user's input are one line on stderr, ``error: <file or setting>: <problem>``, exit status 2;
 Ctrl-C prints one line saying where the run can resume from, exit status 130. No traceback either way.
@@ -15,17 +15,27 @@ import contextlib
 import math
 import os
 import shlex
-import shutil
+import signal
 import sys
+import threading
 import warnings
 
+from dataclasses import fields
+
+from matplotlib.backend_bases import FigureCanvasBase   # the image formats the installed matplotlib writes
+
 # importing checkpoint imports the backend: a bad MINIHEAD_BACKEND fails here, and __main__.py prints it
-from . import checkpoint
+from . import checkpoint, commands, study
+from .checkpoint import MODEL_FILES
+from .data.conllu_io import read_conllu
+from .data.corpus import read_split, resolve_data
 from .errors import MiniheadError, UsageError
+from .model import Config
+from .prune import KIND_SETS
+from .train import PRESETS, TrainConfig, check_resume, check_settings, preset, setting_names
 
 DATA = "data_small"
 PROG = "python -m minihead"
-MODEL_FILES = ("best.npz", "last.npz", "done.json")   # what a training folder holds once it has saved
 
 
 class UserExit(SystemExit):
@@ -90,15 +100,6 @@ def number(lo, hi=None, lo_open=False):
     return parse
 
 
-def _retype(parser, **types):
-    """Give options registered elsewhere (roles, prune) the refusing types above; a missing one is a bug."""
-    for action in parser._actions:
-        if action.dest in types:
-            action.type = types.pop(action.dest)
-    if types:
-        raise RuntimeError(f"{parser.prog}: no options {sorted(types)} to retype")
-
-
 # ------------------------------------------------------------------------------------------ path checks
 def check_input_file(path, what):
     """``path`` must be an existing file (not a folder)."""
@@ -157,7 +158,6 @@ def check_output_file(path, what):
 def check_figure_file(path, what):
     """A writable file name whose extension is an image format matplotlib writes (found before the work, not by
     ``savefig`` after it)."""
-    from matplotlib.backend_bases import FigureCanvasBase   # the formats of the installed matplotlib
     check_output_file(path, what)
     formats = FigureCanvasBase.get_supported_filetypes()
     ext = os.path.splitext(path)[1].lstrip(".").lower()
@@ -169,7 +169,6 @@ def check_figure_file(path, what):
 def check_data(a, splits):
     """Resolve ``a.data`` as every command does (a relative folder missing here is taken from the repository
     root) and check that ``<split>.src`` / ``<split>.tgt`` are files for each split."""
-    from .data.corpus import resolve_data
     a.data = str(resolve_data(a.data))
     if not os.path.isdir(a.data):
         raise UsageError(f"{a.data}: no such data folder" if not os.path.exists(a.data)
@@ -196,10 +195,6 @@ def _field_kind(f):
 def parse_settings(items):
     """``--set KEY=VALUE`` items -> {key: value}, each converted to its field's type (an int field refuses
     ``3.5``, a float field ``nan``, a bool field anything but true/false); unknown keys refused."""
-    from dataclasses import fields
-
-    from .model import Config
-    from .train import TrainConfig, setting_names
     kinds = {f.name: _field_kind(f) for f in fields(TrainConfig) + fields(Config)}
     out = {}
     for item in items or []:
@@ -232,18 +227,20 @@ def parse_settings(items):
     return out
 
 
+def parse_seeds(text):
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MiniheadError(f"--seeds {text!r}: give whole numbers separated by commas, e.g. 1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise MiniheadError(f"--seeds {text!r}: give at least one seed, each once")
+    if any(s < 0 for s in seeds):   # refused here, before the first seed trains, not when the bad one's turn comes
+        raise MiniheadError(f"--seeds {text!r}: seeds are whole numbers >= 0")
+    return seeds
+
+
 # ------------------------------------------------------------------------------------------ commands
-def _pairs(data, split):
-    from .data.corpus import read_parallel
-    src, tgt = os.path.join(data, f"{split}.src"), os.path.join(data, f"{split}.tgt")
-    pairs = read_parallel(src, tgt)
-    if not pairs:
-        raise UsageError(f"{src}: no sentence pairs ({split} split is empty)")
-    return pairs
-
-
 def validate_train(a):
-    from .train import check_settings, preset
     a.settings = parse_settings(a.set)
     check_settings(*preset(a.config, 100, **a.settings))    # types and ranges; the vocabulary size comes later
     check_data(a, ("train", "dev"))
@@ -259,50 +256,10 @@ def validate_train(a):
         raise UsageError(f"{a.out}: already holds a trained model ({', '.join(held)}); continue it with --resume, "
                          f"train into a new --out, or replace it with --overwrite")
     if a.resume:   # the saved run's settings must be the ones given now (the vocabulary is checked later)
-        from .train import check_resume
         ck = checkpoint.load(os.path.join(a.out, "last.npz"))
         check_resume(ck, *preset(a.config, ck.cfg.vocab_size, **a.settings))
-    a.train_pairs, a.dev_pairs = _pairs(a.data, "train"), _pairs(a.data, "dev")   # malformed lines: file:line
+    a.train_pairs, a.dev_pairs = read_split(a.data, "train"), read_split(a.data, "dev")   # malformed lines: file:line
     a.locks = [a.out]
-
-
-def cmd_train(a):
-    from .train import Corpus, preset, train
-    n_train = preset(a.config, 100, **a.settings)[1].n_train
-    corpus = Corpus.build(a.train_pairs, a.dev_pairs, n_train=n_train)
-    cfg, tcfg = preset(a.config, len(corpus.vocab), **a.settings)
-    print(f"training {a.config!r}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers x {cfg.n_heads} heads, "
-          f"d_model {cfg.d_model}, {len(corpus.train_src)} pairs, vocabulary {len(corpus.vocab)} -> {a.out}")
-    if not a.overwrite:
-        res = train(corpus, cfg, tcfg, a.out, resume=a.resume, progress=not a.no_progress)
-    else:   # the new model is trained beside the old one, which it replaces only once it has saved
-        new = os.path.join(os.path.abspath(a.out), f".overwrite-{os.getpid()}")
-        try:
-            res = train(corpus, cfg, tcfg, new, progress=not a.no_progress)
-            for f in MODEL_FILES:
-                if os.path.exists(os.path.join(new, f)):
-                    os.replace(os.path.join(new, f), os.path.join(a.out, f))
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(a.out, f))
-            res.best_path, res.last_path = (os.path.join(a.out, os.path.basename(p)) for p in (res.best_path,
-                                                                                             res.last_path))
-        finally:
-            shutil.rmtree(new, ignore_errors=True)
-    print(f"best dev BLEU {res.best_bleu:.2f} ({len(res.history)} evaluations); checkpoint {res.best_path}")
-    return res
-
-
-def _load(path):
-    return checkpoint.load(path)
-
-
-def _source_lines(a):
-    from .data.corpus import read_sentences
-    if a.input:
-        return read_sentences(a.input), None
-    pairs = _pairs(a.data, a.split)
-    return [s for s, _ in pairs], [t for _, t in pairs]
 
 
 def validate_translate(a):
@@ -321,71 +278,11 @@ def validate_evaluate(a):
     validate_translate(a)
 
 
-def cmd_translate(a):
-    from .translate import translate
-    ck = _load(a.checkpoint)
-    src, _ = _source_lines(a)
-    hyps = translate(ck.params, ck.cfg, ck.vocab, src, beam=a.beam)
-    text = "\n".join(" ".join(h) for h in hyps) + "\n"
-    if a.output:
-        os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)   # validated as creatable
-        with open(a.output, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"wrote {len(hyps)} translations to {a.output}")
-    else:
-        sys.stdout.write(text)
-    return hyps
-
-
-def cmd_evaluate(a):
-    from .evaluate import score
-    from .translate import translate
-    ck = _load(a.checkpoint)
-    src, refs = _source_lines(a)
-    hyps = translate(ck.params, ck.cfg, ck.vocab, src, beam=a.beam)
-    s = score(hyps, refs)
-    print(f"{a.split}: BLEU {s['bleu']:.2f}  chrF {s['chrf']:.2f}  (beam {a.beam}, {len(hyps)} sentences)")
-    print(f"  {s['bleu_signature']}\n  {s['chrf_signature']}")
-    for h, r, x in list(zip(hyps, refs, src))[:a.show]:
-        print(f"  src: {' '.join(x)}\n  ref: {' '.join(r)}\n  hyp: {' '.join(h)}")
-    return s
-
-
 def validate_importance(a):
     check_input_file(a.checkpoint, "checkpoint")
     check_data(a, (a.split,))
     if a.out:
         check_output_folder(a.out, "--out")
-
-
-def cmd_importance(a):
-    """Head relevance (LRP), confidence and Michel et al. importance of every head, per layer."""
-    from . import importance
-    from .data.vocab import batches
-    ck = _load(a.checkpoint)
-    pairs = _pairs(a.data, a.split)[:a.n]
-    v = ck.vocab
-    bs = list(batches([v.encode(s) for s, _ in pairs], [v.encode(t) for _, t in pairs], 3000))
-    rel = importance.head_relevance(ck.params, ck.cfg, bs)
-    conf = importance.head_confidence(ck.params, ck.cfg, bs)
-    mich = importance.michel_importance(ck.params, ck.cfg, bs)
-    names = {"enc": "encoder self-attention", "dec_self": "decoder self-attention", "dec_enc": "decoder-encoder"}
-    for k in names:
-        print(f"\n{names[k]}: relevance / confidence / Michel importance ({len(pairs)} {a.split} pairs)")
-        for l in range(ck.cfg.n_layers(k)):
-            cells = "  ".join(f"{float(rel[k][l, h]):.2f}/{float(conf[k][l, h]):.2f}/{float(mich[k][l, h]):.2f}"
-                              for h in range(ck.cfg.n_heads))
-            print(f"  layer {l}: {cells}   top-quarter share {float(importance.top_quarter_share(rel[k])[l]):.2f}")
-    if a.out:
-        import matplotlib
-        matplotlib.use("Agg")
-        os.makedirs(a.out, exist_ok=True)
-        for k in names:
-            ax = importance.plot_importance(rel[k], conf[k], title=names[k])
-            path = os.path.join(a.out, f"relevance_{k}.png")
-            ax.figure.savefig(path, dpi=110, bbox_inches="tight")
-            print(f"saved {path}")
-    return rel, conf, mich
 
 
 def validate_roles(a):
@@ -412,42 +309,38 @@ def validate_prune(a):
 
 
 def validate_reproduce(a):
-    from .reproduce import SCALES
-    from .study import RUNS
     real = (a.train_src, a.train_tgt, a.conllu)
     if any(real) and not all(real):
         raise UsageError("a real corpus needs --train-src, --train-tgt and --conllu")
-    from .emergence import parse_seeds
     a.seeds_list = None if a.seeds is None else parse_seeds(a.seeds)
     if a.seeds_list and any(real):
         raise UsageError("--seeds: the study over seeds runs on data_small; leave it out with a real corpus")
+    if a.merge is not None and (any(real) or a.seeds_list):
+        raise UsageError("--merge merges finished reports; run it without --seeds or a real corpus")
     if (a.dev_src is None) != (a.dev_tgt is None) or (a.test_src is None) != (a.test_tgt is None):
         raise UsageError("--dev-src / --dev-tgt and --test-src / --test-tgt come in pairs")
     for opt in ("train_src", "train_tgt", "conllu", "dev_src", "dev_tgt", "test_src", "test_tgt"):
         if getattr(a, opt):
             check_input_file(getattr(a, opt), "--" + opt.replace("_", "-"))
+    for source in a.merge or []:      # a report folder, or a study.json itself
+        check_input_file(source if source.endswith(".json") else os.path.join(source, "study.json"), "--merge study")
     if a.conllu:   # found now, not after training: the roles are measured on these trees
-        from .data.conllu_io import read_conllu
         if not read_conllu(a.conllu):
             raise UsageError(f"{a.conllu}: --conllu holds no dependency trees")
     if not a.out:
         raise UsageError("--out '': give the folder the report is written to")
     check_report_folder(a.out, "--out")
-    check_output_folder(str(RUNS), "the runs folder")
     a.locks = [a.out]
-    if not any(real):   # the run folders the models live in (one per seed), held for the whole command
-        from .reproduce import study_overrides
-        from .study import run_folder
-        s = SCALES["quick" if a.quick else "full"]
-        a.locks += [run_folder(s["study"], "data_small", RUNS, **study_overrides(s, k))
+    if not any(real) and a.merge is None:   # the run folders the models live in (one per seed), held throughout
+        check_output_folder(str(study.RUNS), "the runs folder")
+        s = study.SCALES["quick" if a.quick else "full"]
+        a.locks += [study.run_folder(s["study"], "data_small", study.RUNS, **study.study_overrides(s, k))
                     for k in (a.seeds_list or [None])]
     for folder in a.locks:
         check_not_locked(folder)
 
 
 def validate_emergence(a):
-    from .emergence import parse_seeds
-    from .train import check_settings, preset
     a.seeds_list = parse_seeds(a.seeds)
     a.settings = parse_settings(a.set)
     if "seed" in a.settings:
@@ -479,10 +372,8 @@ def validate_emergence(a):
         if not a.prune_lambdas or any(not math.isfinite(x) or x < 0 for x in a.prune_lambdas):
             raise UsageError(f"--prune {a.prune!r}: give at least one L0 weight, none negative, NaN or infinite")
     # one writer per run folder for the whole command: every seed's model folder, or trace folder
-    from . import study
-    from .emergence import trace_folder
     overrides = a.settings
-    a.locks = [trace_folder(a.data, a.config, k, overrides, a.trace, a.runs, a.n_trees)[0] if a.trace is not None
+    a.locks = [study.trace_folder(a.data, a.config, k, overrides, a.trace, a.runs, a.n_trees)[0] if a.trace is not None
                else study.run_folder(a.config, a.data, a.runs, seed=k, **overrides) for k in a.seeds_list]
     for folder in a.locks:
         check_not_locked(folder)
@@ -514,7 +405,7 @@ def _interrupted(a):
 
 # ------------------------------------------------------------------------------------------ parser
 def build_parser():
-    from .train import PRESETS
+    """The parser of every sub-command; ``a.command`` names the one given (run by ``commands.cmd_<command>``)."""
     p = Parser(prog=PROG, description=__doc__.splitlines()[0])
     sp = p.add_subparsers(dest="command", required=True)
 
@@ -528,10 +419,8 @@ def build_parser():
     t.add_argument("--overwrite", action="store_true", help="replace the trained model in OUT")
     t.add_argument("--set", nargs="+", action="extend", metavar="KEY=VALUE", help="override config fields")
     t.add_argument("--no-progress", action="store_true")
-    t.set_defaults(func=cmd_train)
 
-    for name, func, helptext in (("translate", cmd_translate, "translate a split or a file"),
-                                 ("evaluate", cmd_evaluate, "BLEU and chrF on a split")):
+    for name, helptext in (("translate", "translate a split or a file"), ("evaluate", "BLEU and chrF on a split")):
         s = sp.add_parser(name, help=helptext)
         s.add_argument("checkpoint")
         s.add_argument("--data", default=DATA)
@@ -544,7 +433,6 @@ def build_parser():
             s.add_argument("--input", default=None, help=argparse.SUPPRESS)
             s.add_argument("--show", type=integer(0), default=3, help="print this many examples")
         s.add_argument("--beam", type=integer(1), default=1, help="beam size (1: greedy)")
-        s.set_defaults(func=func)
 
     i = sp.add_parser("importance", help="head relevance (LRP), confidence, Michel importance")
     i.add_argument("checkpoint")
@@ -552,17 +440,71 @@ def build_parser():
     i.add_argument("--split", default="dev")
     i.add_argument("--n", type=integer(1), default=500, help="use the first N pairs")
     i.add_argument("--out", default="report/importance", help="folder for the figures ('' for none)")
-    i.set_defaults(func=cmd_importance)
 
-    from .analysis import add_roles_command
-    from .prune import add_prune_command
-    from .reproduce import add_reproduce_command
-    _retype(add_roles_command(sp), max_sentences=integer(1), max_unknown=number(0, 1))
-    _retype(add_prune_command(sp), lam=number(0), steps=integer(1), n_test=integer(1), seed=integer(0),
-            lr_gates=number(0, lo_open=True), lr_params=number(0, lo_open=True))
-    add_reproduce_command(sp)
-    from .emergence import add_emergence_command
-    _retype(add_emergence_command(sp), n_trees=integer(1))
+    r = sp.add_parser("roles", help="encoder head roles: positional, syntactic, rare-word")
+    r.add_argument("checkpoint")
+    r.add_argument("--conllu", default=None, help="gold trees of source sentences (default data_small/dev.conllu)")
+    r.add_argument("--bpe", default=None, help="BPE merges the model's source was segmented with")
+    r.add_argument("--train-src", default=None, help="word-tokenized source training text, for the rare-word "
+                   "frequencies (default data_small/train.src without --conllu, first n_train lines as the "
+                   "checkpoint's training used)")
+    r.add_argument("--lower", action="store_true", help="lowercase the CoNLL-U forms and the training text (for a "
+                   "model trained on lowercased text)")
+    r.add_argument("--max-sentences", type=integer(1), default=None, help="analyse only the first N trees")
+    r.add_argument("--max-unknown", type=number(0, 1), default=0.5, help="refuse when more than this share of the "
+                   "words is unknown to the vocabulary")
+    r.add_argument("--out", default=None, help="figure folder (default: roles/ beside the checkpoint)")
+
+    pr = sp.add_parser("prune", help="prune heads with hard-concrete gates; report kept heads and BLEU")
+    pr.add_argument("checkpoint")
+    pr.add_argument("--lambda", dest="lam", type=number(0), required=True, help="weight of the L0 penalty")
+    pr.add_argument("--kinds", default="enc", choices=sorted(KIND_SETS), help="enc: encoder self-attention; all")
+    pr.add_argument("--steps", type=integer(1), default=300, help="step cap (the run stops once the gates settle)")
+    pr.add_argument("--settle", type=float, default=0.9, help="stop once this share of gates is settled")
+    pr.add_argument("--data", default=DATA)
+    pr.add_argument("--n-test", type=integer(1), default=None, help="BLEU on the first N test sentences")
+    pr.add_argument("--seed", type=integer(0), default=0)
+    pr.add_argument("--lr-gates", type=number(0, lo_open=True), default=0.1, help="the gates' own Adam rate")
+    pr.add_argument("--lr-params", type=number(0, lo_open=True), default=1e-3)
+    pr.add_argument("--reduction", default="sum", choices=["sum", "layer_mean"])
+    pr.add_argument("--out", default=None, help="save the pruned model here (.npz; log_alpha as extras)")
+
+    rp = sp.add_parser("reproduce", help="the whole study, cached by stage, and a report beside the paper")
+    rp.add_argument("--quick", action="store_true", help="the quick model and reduced sweeps (minutes)")
+    rp.add_argument("--out", default="report")
+    rp.add_argument("--no-progress", action="store_true")
+    rp.add_argument("--train-src", help="a real parallel corpus (raw text, one sentence a line): source side")
+    rp.add_argument("--train-tgt", help="... target side")
+    for opt in ("--dev-src", "--dev-tgt", "--test-src", "--test-tgt"):
+        rp.add_argument(opt)
+    rp.add_argument("--conllu", help="gold trees of real source-language sentences, for the head roles")
+    rp.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 1,2,3: one model per seed, each "
+                    "seed's report in OUT/seed-K/, and OUT/README.md and OUT/study.json tell in how many seeds each "
+                    "finding holds (default: one model, the preset's seed)")
+    rp.add_argument("--merge", nargs="+", metavar="DIR", default=None, help="instead: merge studies of single seeds "
+                    "made apart (each a report folder of `reproduce --seeds K --out DIR`, or its study.json; alike in "
+                    "every setting) into OUT, as one run over all their seeds would write it")
+
+    e = sp.add_parser("emergence", help="train one model per seed and measure whether positional, syntactic and "
+                      "rare-word heads emerge")
+    e.add_argument("--config", default="quick", choices=sorted(PRESETS), help="named preset")
+    e.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
+    e.add_argument("--data", default=DATA, help="folder laid out as data_small (train/dev/test .src/.tgt, dev/test "
+                   ".conllu) (default data_small; data_small/control is the control language)")
+    e.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override preset settings (not the seed)")
+    e.add_argument("--n-trees", type=integer(1), default=None, help="measure on the first N dev trees (default all)")
+    e.add_argument("--runs", default="runs/emergence", help="cache folder of the models")
+    e.add_argument("--json", default=None, help="also write the results to this JSON file")
+    e.add_argument("--prune", default=None, metavar="LAMBDAS",
+                   help="also prune each seed's encoder heads at these comma-separated L0 weights, e.g. 0.05,0.1,0.2, "
+                   "and judge whether most heads are prunable and the heads with a role survive")
+    e.add_argument("--study", default=None, help="also write the study over seeds (per-seed verdicts, their summary "
+                   "and provenance) for the chapters, e.g. chapters/studies/emerge.json")
+    e.add_argument("--trace", type=int, default=None, metavar="N",
+                   help="instead: measure each seed's model every N training steps, with early stopping off, and "
+                   "print the head functions against steps (--json writes the traces, --figure plots them)")
+    e.add_argument("--figure", default=None, metavar="PNG", help="with --trace: plot the traces into this image")
     return p
 
 
@@ -574,8 +516,6 @@ def _terminate_as_interrupt():
     """SIGTERM (``kill``, a scheduler's stop) ends a command as Ctrl-C does: the run lock released, temporary
     files removed, the one line saying where to resume. Only in the main thread, where Python runs handlers;
     returns the handler it replaced (None elsewhere)."""
-    import signal
-    import threading
     if threading.current_thread() is threading.main_thread():
         return signal.signal(signal.SIGTERM, _raise_interrupt)   # the handler before, restored at the end
     return None
@@ -596,7 +536,7 @@ def main(argv=None):
             # numeric warnings (overflow as a training diverges) are held back: shown after a command that
             # succeeds, dropped when it fails with its one-line error
             caught = stack.enter_context(warnings.catch_warnings(record=True))
-            result = a.func(a)
+            result = getattr(commands, f"cmd_{a.command}")(a)
         for w in caught:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         return result
@@ -608,5 +548,4 @@ def main(argv=None):
         _fail(_interrupted(a), 130, prefix="")
     finally:
         if old_handler is not None:
-            import signal
             signal.signal(signal.SIGTERM, old_handler)

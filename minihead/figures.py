@@ -8,6 +8,8 @@ helpers of :mod:`minihead.importance`, :mod:`minihead.roles`, :mod:`minihead.ana
 
 matplotlib is imported inside the functions, so the package imports without it.
 """
+import textwrap
+
 
 # quantity -> (vmin, vmax): the colour range of that quantity in every figure
 RELEVANCE_RANGE = (0.0, 1.0)      # a head's share of its layer's relevance (rows sum to 1)
@@ -40,7 +42,7 @@ def colour_range(quantity):
 def new_figure(nrows=1, ncols=1, figsize=None, **kw):
     """``plt.subplots`` with constrained layout (titles, colour bars and labels never overprint one another) and
     ``squeeze=False``: returns (figure, 2-D array of axes)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # here: the package imports without matplotlib (see the module docstring)
     return plt.subplots(nrows, ncols, figsize=figsize, layout="constrained", squeeze=False, **kw)
 
 
@@ -69,5 +71,4 @@ def cell_text_colour(image, value):
 def wrap_title(text, width):
     """``text`` broken into lines of at most ``width`` characters (panel titles that would run into the next
     panel's)."""
-    import textwrap
     return "\n".join(textwrap.wrap(text, max(int(width), 8))) if text else text

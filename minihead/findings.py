@@ -27,9 +27,12 @@ import random
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from scipy import stats    # host-side statistics of a few numbers per seed (normal and t tails), not array math
 
 from . import backend, paper
+from .backend import xp
+from .importance import rank_agreement as spearman
+from .importance import uniform_top_quarter_share
+from .model import GATE_KINDS
 from .roles import RELATIONS, positional_heads
 
 POSITIONAL_SHARE = paper.POSITIONAL["threshold"]          # 0.9 of the argmaxes on one offset
@@ -237,7 +240,6 @@ def few_heads(top_quarter_shares, n_heads=4, margin=FEW_HEADS_MARGIN):
     share if all H heads were equal). Untestable with fewer than ``FEW_HEADS_MIN`` (4) heads a layer: the top
     quarter is then one head of two or three, and "one of a few does the work" cannot be told from "all are
     needed". ``top_quarter_shares``: one share per layer, from magnitude or official-rule relevance."""
-    from .importance import uniform_top_quarter_share
     tq = [float(t) for t in top_quarter_shares]
     uniform = uniform_top_quarter_share(n_heads)
     if n_heads < FEW_HEADS_MIN:
@@ -453,7 +455,6 @@ class TypeOrder(Verdict):
 
 def _type_tally(runs, cfg, holds, kinds=("enc", "dec_self", "dec_enc")):
     """Judge ``holds(kept shares)`` in every run that pruned a head of one of ``kinds`` (the others say nothing)."""
-    from .prune import retained_shares
     informative = [r for r in runs if any(n < cfg.n_layers(k) * cfg.n_heads for k, n in r["n_retained"].items()
                                           if k in kinds)]
     detail = []
@@ -502,9 +503,8 @@ def decoder_layer_order(runs, cfg):
     """Sec. 6.3: "decoder self-attention survives mostly in lower layers, decoder-encoder attention in higher
     layers". For each all-attention run and each of the two decoder types that lost heads in it, the mean layer
     of its survivors must be below the middle layer (dec_self) or above it (dec_enc)
-    (:func:`minihead.prune.survivor_layers`). Held when every such check holds; untestable when no decoder type
+    (:func:`survivor_layers`). Held when every such check holds; untestable when no decoder type
     lost a head."""
-    from .prune import survivor_layers
     detail = [(k, float(ml), bool(h)) for r in runs for k, ml, h in survivor_layers(r, cfg)]
     if not detail:
         return DecoderLayers(status="untestable", detail=[], reason="no decoder type lost a head")
@@ -536,8 +536,73 @@ def pruned_beats_scratch(pruned_bleu, scratch_bleu):
     return PrunedVsScratch(status=_judged(all(p > s for p, s in pairs)), pairs=pairs)
 
 
+# --------------------------------------------------------------------------- what a sweep shows
+# One copy of each reading of the sweeps, for chapters 5 and 6 and the reproduce report.
+def specialised_share(retained, roles):
+    """(share of heads with a role among the retained ones, share among all heads) for one (L, H) mask and
+    roles {(l, h): set} from :func:`minihead.roles.classify_heads`. The paper's claim (sec. 6.2, Figure 8)
+    is that the first exceeds the second."""
+    m = backend.to_host(retained)
+    heads = [(l, h) for l in range(m.shape[0]) for h in range(m.shape[1])]
+    special = [lh for lh in heads if roles.get(lh)]
+    kept = [lh for lh in heads if m[lh]]
+    share_all = len(special) / len(heads)
+    share_kept = (sum(1 for lh in kept if roles.get(lh)) / len(kept)) if kept else float("nan")
+    return share_kept, share_all
+
+
+def retained_shares(run, cfg):
+    """kind -> share of that kind's heads retained by one run of :func:`minihead.stages.prune_study`."""
+    return {k: n / (cfg.n_layers(k) * cfg.n_heads) for k, n in run["n_retained"].items()}
+
+
+def type_order_holds(run, cfg):
+    """Voita et al. sec. 8 at the end of one all-attention run: encoder self-attention keeps the smallest share
+    of its heads, decoder-encoder attention the largest (enc <= dec_self <= dec_enc and enc < dec_enc)."""
+    s = retained_shares(run, cfg)
+    return s["enc"] <= s["dec_self"] <= s["dec_enc"] and s["enc"] < s["dec_enc"]
+
+
+def half_closed_step(history, kind, n_heads):
+    """First logged step of a pruning run's ``history`` at which at most half of the n_heads heads of ``kind``
+    are open (None: never)."""
+    return next((h["step"] for h in history if h["open"][kind] <= n_heads / 2), None)
+
+
+def encoder_closes_first(run, cfg):
+    """Along one all-attention run, encoder self-attention is the first type to lose half of its heads (another
+    type may lose half at the same logged step, never earlier). Returns (holds, kind -> step or None)."""
+    steps = {k: half_closed_step(run["history"], k, cfg.n_layers(k) * cfg.n_heads) for k in GATE_KINDS}
+    holds = steps["enc"] is not None and all(t is None or t >= steps["enc"] for t in steps.values())
+    return holds, steps
+
+
+def mean_layer(mask):
+    """Mean layer index (0 = lowest) of the retained heads of one (L, H) mask; 0 when none is retained."""
+    m = xp.asarray(mask, dtype="float64")                                   # (L, H)
+    return float((m.sum(1) * xp.arange(m.shape[0])).sum() / max(float(m.sum()), 1.0))
+
+
+def survivor_layers(run, cfg):
+    """Voita et al. sec. 8: decoder self-attention survives in the lower layers, decoder-encoder attention in
+    the higher ones. For each of the two types that lost heads in ``run``: (kind, mean layer of its survivors,
+    holds), holds = below the middle layer (n_dec_layers - 1) / 2 for dec_self, above it for dec_enc."""
+    mid = (cfg.n_dec_layers - 1) / 2
+    out = []
+    for k, below in (("dec_self", True), ("dec_enc", False)):
+        if k in run["n_retained"] and run["n_retained"][k] < cfg.n_layers(k) * cfg.n_heads:
+            ml = mean_layer(run["retained"][k])
+            out.append((k, ml, ml < mid if below else ml > mid))
+    return out
+
+
 # --------------------------------------------------------------------------- pooled over seeds
 FISHER_VAR = 1.06   # var(atanh(Spearman rho)) ~ 1.06 / (n - 3) (Fieller, Hartley & Pearson 1957)
+
+
+def _normal_sf(x):
+    """P(Z > x) for a standard normal Z: erfc(x / sqrt 2) / 2."""
+    return 0.5 * math.erfc(x / math.sqrt(2))
 
 
 def pool_rho(rhos, ns):
@@ -551,7 +616,7 @@ def pool_rho(rhos, ns):
         return {"rho": None, "p": None, "seeds": 0}
     w = [(n - 3) / FISHER_VAR for _, n in used]
     z = sum(wi * math.atanh(r) for wi, (r, _) in zip(w, used)) / sum(w)
-    return {"rho": math.tanh(z), "p": float(stats.norm.sf(z * math.sqrt(sum(w)))), "seeds": len(used)}
+    return {"rho": math.tanh(z), "p": _normal_sf(z * math.sqrt(sum(w))), "seeds": len(used)}
 
 
 def pool_role_difference(per_seed, n_perm=10000, seed=0):
@@ -587,6 +652,7 @@ def pool_paired_gap(pairs, level=0.95):
     if len(gaps) < 2:
         return {"gap": gaps[0] if gaps else None, "low": None, "high": None, "n": len(gaps)}
     m, sd = statistics.fmean(gaps), statistics.stdev(gaps)
+    from scipy import stats   # here: scipy.stats takes about a second to import, and only this interval needs it
     half = float(stats.t.ppf(0.5 + level / 2, len(gaps) - 1)) * sd / math.sqrt(len(gaps))
     return {"gap": m, "low": m - half, "high": m + half, "n": len(gaps)}
 
@@ -673,7 +739,7 @@ def what(name):
 
 def importance_verdicts(summary, n_heads=4, n=None):
     """The relevance findings of sec. 4 (few heads, relevance ~ ablation, important heads confident) from
-    :func:`minihead.reproduce.importance_summary`, judged on the paper's z-rule with magnitude shares
+    :func:`minihead.stages.importance_summary`, judged on the paper's z-rule with magnitude shares
     |r_h| / sum_h' |r_h'| per prediction: the signed shares of a layer nearly cancel on these models, so they
     neither form a share nor rank heads (chapter 2, sec. 3.3). ``n``: encoder heads the rhos are over."""
     n = n if n is not None else len(summary["top_quarter_share_abs"]) * n_heads
@@ -686,12 +752,11 @@ def importance_verdicts(summary, n_heads=4, n=None):
 
 def study_verdicts(summary, report, enc, allk, scratch, cfg, imp=None, functions_before=None):
     """Every finding of :data:`FINDINGS` for one model, as {name: Verdict}, from the stages of
-    ``python -m minihead reproduce``: ``summary`` (:func:`minihead.reproduce.importance_summary`), ``report``
+    ``python -m minihead reproduce``: ``summary`` (:func:`minihead.stages.importance_summary`), ``report``
     (head roles on the test trees, :func:`minihead.analysis.head_roles`), ``enc`` and ``allk`` (the encoder and
     all-attention pruning runs, each encoder run with its step-matched ``ref_bleu`` and ``functions_after``),
     ``scratch`` (from-scratch trainings of the last ``len(scratch)`` all-attention configurations), the model's
     ``cfg`` and ``imp`` (the importance stage: per-head relevance and ablation)."""
-    from .importance import rank_agreement as spearman
     n_enc = cfg.n_enc_layers * cfg.n_heads
     paired = allk[-len(scratch):] if scratch else []
     out = {**importance_verdicts(summary, cfg.n_heads, n_enc)}

@@ -6,7 +6,7 @@
 The error of the central difference is O(eps^2) in exact arithmetic; in float64 eps = 1e-6 keeps the
 round-off error (~1e-16 / eps) and the truncation error (~eps^2) both near 1e-10 relative.
 """
-from .backend import xp
+from .backend import to_device, xp
 
 
 def rel_error(a, b, floor=1e-8):
@@ -41,7 +41,6 @@ def directional_grads(f, xs, grads, gen, n_dirs=3, eps=1e-6):
 
     returns a list of pairs (numerical (f(x + eps v) - f(x - eps v)) / 2 eps, analytic sum_k <g_k, v_k>).
     ``xs`` and ``grads`` are lists of arrays (perturbed in place and restored); ``gen`` a host Generator."""
-    from .backend import to_device
     pairs = []
     for _ in range(n_dirs):
         vs = [to_device(gen.standard_normal(x.shape), "float64") for x in xs]

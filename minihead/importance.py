@@ -11,19 +11,14 @@ are 0-based.
 import math
 from types import SimpleNamespace
 
-from . import backend, lrp, model
+from . import backend, figures, lrp, model, roles
 from .backend import xp
 from .data.vocab import EOS
 from .errors import MiniheadError
+from .evaluate import bleu
+from .translate import translate
 
 KINDS = lrp.KINDS
-
-# head_relevance's rule family unless the caller names one: the paper's z-rule (lrp.Rules' default; Ding et
-# al. 2017, appendix A), which conserves relevance. It is signed, so a head's share of its layer can be
-# negative or above 1 where the heads' relevances nearly cancel; linear="official" (alpha = beta = 0.5, bias
-# spread, per-layer rescaling, the official code's variant) keeps every share in [0, 1].
-DEFAULT_RULES = {"linear": "z"}
-
 
 class ImportanceError(MiniheadError, ValueError):
     """Inputs the importance measures cannot use (empty data, mismatched shapes)."""
@@ -49,7 +44,7 @@ def _normalise_rows(M, how="sum"):
 
 
 # --------------------------------------------------------------------------- LRP relevance
-def head_relevance(params, cfg, batches, per_position=True, chunk=None, normalise="sum", **rule_options):
+def head_relevance(params, cfg, batches, per_position=True, chunk=None, normalise="sum", rules=None, gates=None):
     """Voita et al. 2019's head relevance (appendix A.3), dict kind -> (L, H), each row (layer) summing to 1:
 
         rel[l, h] = mean over real target positions t of  r_t[l, h] / sum_h' r_t[l, h'],
@@ -60,15 +55,15 @@ def head_relevance(params, cfg, batches, per_position=True, chunk=None, normalis
     from all steps at once, normalising the relevance SUMMED over all steps, i.e. a per-step average weighted
     by how much relevance each step sends through the layer (cheaper; not the paper's). ``normalise``: "sum"
     (the paper's text, signed shares) or "abs" (magnitude shares, |r| / sum |r|; see :func:`_normalise_rows`).
-    ``rule_options`` go to :func:`minihead.lrp.relevance` (rules of :class:`minihead.lrp.Rules`, and
-    ``gates`` for a pruned model); the rule family defaults to :data:`DEFAULT_RULES` (the paper's z-rule);
-    ``linear="official"`` is the official code's variant."""
-    rule_options = {**DEFAULT_RULES, **rule_options}
+    ``rules``: a :class:`minihead.lrp.Rules` (None: its default, the paper's z-rule, Ding et al. 2017, which
+    conserves relevance; signed, so a share can fall outside [0, 1] where a layer's heads nearly cancel);
+    ``Rules(linear="official")`` is the official code's variant (alpha = beta = 0.5, bias spread, per-layer
+    rescaling; every share in [0, 1]). ``gates``: a pruned model's."""
     _normalise_rows(xp.ones((1, 1)), normalise)              # a bad name fails before any relevance pass
     acc = {k: xp.zeros((cfg.n_layers(k), cfg.n_heads), dtype="float64") for k in KINDS}
     n = 0
     for batch in batches:
-        r = lrp.relevance(params, cfg, batch, per_position=per_position, chunk=chunk, **rule_options)
+        r = lrp.relevance(params, cfg, batch, per_position=per_position, chunk=chunk, gates=gates, rules=rules)
         for k in KINDS:
             if cfg.n_layers(k) == 0:
                 continue
@@ -112,7 +107,7 @@ def head_confidence(params, cfg, batches):
         for k, (layers, name, qmask, kmask) in sides.items():
             for l, cl in enumerate(layers):
                 A = cl[name]["f"]["A"]                       # (B, H, Tq, Tk)
-                top = xp.where(kmask[:, None, None, :], A, 0.0).max(-1)  # (B, H, Tq)
+                top = roles.max_weight(A, kmask[:, None, None, :])   # (B, H, Tq)
                 sums[k][l] = sums[k][l] + (top * qmask[:, None, :]).sum(axis=(0, 2))
             counts[k] += int(qmask.sum())
     return {k: sums[k] / max(counts[k], 1) for k in KINDS}
@@ -168,12 +163,9 @@ def ablation_bleu_drop(params, cfg, vocab, src_sents, ref_sents, kinds=("enc",),
 
     ``translate_fn(params, cfg, vocab, src_token_lists, gates=None, beam=1) -> token lists`` and
     ``bleu_fn(hyp_token_lists, ref_token_lists) -> float`` (corpus BLEU) default to
-    minihead.translate.translate and minihead.evaluate.bleu, imported only when needed.
+    :func:`minihead.translate.translate` and :func:`minihead.evaluate.bleu`.
     Costs 1 + sum over kinds of L x H translations of ``src_sents``."""
-    if translate_fn is None:
-        from .translate import translate as translate_fn
-    if bleu_fn is None:
-        from .evaluate import bleu as bleu_fn
+    translate_fn, bleu_fn = translate_fn or translate, bleu_fn or bleu
     if len(src_sents) != len(ref_sents):
         raise ImportanceError(f"ablation_bleu_drop: {len(src_sents)} sources but {len(ref_sents)} references")
     for k in kinds:
@@ -246,7 +238,6 @@ def plot_importance(relevance, confidence=None, title=None, sort=True, axes=None
     ``relevance`` and ``confidence`` are (L, H). Colours on the fixed scales of :mod:`minihead.figures`
     (``relevance_range`` and ``confidence_range`` override them), so figures of different models compare by
     eye. Returns the matplotlib Figure."""
-    from . import figures
     rel = backend.to_host(relevance)
     conf = None if confidence is None else backend.to_host(confidence)
     order = (-rel).argsort(-1) if sort else xp.arange(rel.shape[1])[None].repeat(rel.shape[0], 0)
@@ -282,7 +273,6 @@ def plot_importance(relevance, confidence=None, title=None, sort=True, axes=None
 def plot_relevance_bars(relevance, title=None, ax=None, ylim=None):
     """Per-layer bars of head relevance (L, H): one group per layer, heads side by side, on the fixed relevance
     scale of :mod:`minihead.figures` (``ylim`` overrides it; widened when a signed share falls outside)."""
-    from . import figures
     rel = backend.to_host(relevance)
     L, H = rel.shape
     if ax is None:

@@ -25,6 +25,7 @@ position for ``per_position=True``); every rule broadcasts over them.
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from . import model
 from .backend import xp
 from .layers import sinusoidal_positions
 from .lrp_rules import (  # noqa: F401 (the rules are re-exported: lrp.linear_z and the others stay importable)
@@ -386,17 +387,15 @@ def _embedding_relprop(R, c_emb, rules):
     return embedding_sum(R), embedding_sum(R_e)
 
 
-def relevance(params, cfg, batch, per_position=False, chunk=None, keep_full=False, gates=None,
-              **rule_options):
+def relevance(params, cfg, batch, per_position=False, chunk=None, keep_full=False, gates=None, rules=None):
     """LRP of one batch under teacher forcing (evaluation mode, no dropout); returns :class:`Relevance`.
 
     ``per_position=False`` (default) starts relevance 1 at every real target position at once, so the
     head relevances are the SUM over positions (one backward pass, cheap); ``per_position=True`` starts
     each position on its own (an extra axis T0, the paper-exact input to per-position normalisation),
-    ``chunk`` starting positions per pass (memory x chunk; default all T at once). ``rule_options`` go to
-    :class:`Rules` (linear, layernorm, attention, eps, alpha, beta, convention, value_share, fallback)."""
-    from . import model
-    rules = rule_options.pop("rules", None) or Rules(**rule_options)
+    ``chunk`` starting positions per pass (memory x chunk; default all T at once). ``rules``: a :class:`Rules`
+    (the family and its constants; None: ``Rules()``, the paper's z-rule); ``gates``: a pruned model's."""
+    rules = rules or Rules()
     logits, cache = model.forward(params, cfg, batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
                                   gates=gates, rng=None)
     cache["logits"] = logits

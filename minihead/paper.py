@@ -45,16 +45,6 @@ TABLE2 = {
                       ((6, 9, 13), 32.27, 31.84)],
 }
 
-APPROX = ("SETTING.baseline_bleu", "TABLE1", "RARE", "ENCODER_PRUNING[OpenSubtitles]", "SURVIVOR_ROLES_AT_48", "TABLE2")
-
-FINDINGS = {
-    "importance": "in each layer only a few heads carry most of the relevance; those heads tend to be confident",
-    "positional": "positional heads attend to the same relative position (-1 or +1) in >= 90% of cases, "
-                  "with confidence > 0.8",
-    "syntactic": "some heads track nsubj, dobj, amod, advmod at least 10 points above the fixed-offset baseline",
-    "rare": "a first-layer head points to the rarest token of the sentence (66% OpenSubtitles)",
-    "prune_encoder": "most encoder heads can be pruned at a small BLEU cost (10/48 kept for -0.15 BLEU on WMT); "
-                     "the specialised heads survive longest",
-    "prune_all": "encoder self-attention heads go first, decoder-encoder heads last; pruned models beat the same "
-                 "configuration trained from scratch",
-}
+# Read off figures rather than printed in the text, so approximate: SETTING["baseline_bleu"], TABLE1, RARE,
+# ENCODER_PRUNING (OpenSubtitles), SURVIVOR_ROLES_AT_48, TABLE2. The findings themselves, each with the paper's
+# number beside the criterion that judges it, are minihead.findings.FINDINGS.

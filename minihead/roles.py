@@ -15,7 +15,7 @@ Functions: :func:`confidence`; :func:`positional_shares` / :func:`positional_hea
 from collections import Counter
 from typing import NamedTuple
 
-from . import backend, paper
+from . import backend, figures, paper
 from .backend import xp
 from .errors import DataError
 
@@ -34,8 +34,6 @@ DIRECTION_NAMES = {
 # transcribed in minihead.paper from shared/paper/voita2019.md, whose numbers are marked approximate (~).
 PAPER_TABLE1 = paper.TABLE1
 
-PAPER_TOP_N = 500        # sec. 5.3: sentences whose rarest token is outside the 500 most frequent ...
-PAPER_VOCAB = 32000      # ... of a 32k BPE vocabulary
 _EPS = 1e-9              # tolerance for ">= threshold" comparisons of shares (0.45 >= 0.35 + 0.10)
 
 
@@ -59,6 +57,15 @@ def _where(i, sentence=None):
 
 # ----------------------------------------------------------------------------------------------
 # Shared preparation: argmax and max of every query row, all sentences concatenated.
+
+def max_weight(A, key_mask=None):
+    """The largest attention weight of each query row, (..., Tq) from weights A (..., Tq, Tk): the quantity whose
+    mean over query tokens is a head's confidence (Voita et al. 2019, sec. 4). ``key_mask`` (broadcast to A, bool)
+    leaves keys out; their weight counts as 0 and the row is not renormalised, so weight on a left-out key (EOS)
+    lowers the confidence. :func:`confidence` (word maps) and :func:`minihead.importance.head_confidence` (every
+    attention type of a model) both take their maximum here."""
+    return (A if key_mask is None else xp.where(key_mask, A, 0.0)).max(-1)
+
 
 class _Rows(NamedTuple):
     argmax: object    # (L, H, N) int: most-attended key of each query, index within its sentence
@@ -93,7 +100,7 @@ def _rows(maps):
     arrays = _check_maps(maps)
     lengths = [a.shape[-1] for a in arrays]
     argmax = xp.concatenate([xp.argmax(a, axis=-1) for a in arrays], axis=-1)   # (L, H, N)
-    top = xp.concatenate([xp.max(a, axis=-1) for a in arrays], axis=-1)         # (L, H, N)
+    top = xp.concatenate([max_weight(a) for a in arrays], axis=-1)              # (L, H, N)
     if not bool(xp.isfinite(top).all()):   # NaN propagates into the row max, so this finds it
         bad = next(i for i, a in enumerate(arrays) if not bool(xp.isfinite(a).all()))
         raise RolesError(f"maps, {_where(bad)}: attention weights contain NaN or inf")
@@ -361,7 +368,7 @@ def default_top_n(vocab_size):
     Scaling the rank keeps the same fraction of the vocabulary "frequent". On Multi30k train
     (English, ~9.8k word types) it gives 153, whose tokens cover ~72% of the running words.
     """
-    return max(1, round(PAPER_TOP_N * vocab_size / PAPER_VOCAB))
+    return max(1, round(paper.RARE["top_n"] * vocab_size / paper.SETTING["bpe"]))
 
 
 class RareShares(NamedTuple):
@@ -391,7 +398,7 @@ def rare_token_shares(maps, sentences, freqs, top_n=None, vocab_size=None):
     if len(sentences) != len(rows.lengths):
         raise RolesError(f"{len(rows.lengths)} attention maps but {len(sentences)} sentences")
     if top_n is None:
-        top_n = PAPER_TOP_N if vocab_size is None else default_top_n(vocab_size)
+        top_n = paper.RARE["top_n"] if vocab_size is None else default_top_n(vocab_size)
     frequent = {t for t, _ in sorted(freqs.items(), key=lambda kv: (-kv[1], kv[0]))[:top_n]}
     starts = backend.to_host(rows.starts).tolist()
     query, first, second, n_used = [], [], [], 0
@@ -512,7 +519,6 @@ def plot_head_scores(scores, title=None, ax=None, fmt="{:.2f}", cmap=None, vmin=
     cell annotated with its value (black or white by the cell colour's luminance). ``quantity`` (a key of
     :data:`minihead.figures.RANGES`, e.g. "relevance") draws it on that quantity's fixed range and colour map,
     the same in every chapter; ``vmin``/``vmax``/``cmap`` given explicitly win. Returns the matplotlib Axes."""
-    from . import figures
     scores = backend.to_host(scores)
     if ax is None:
         _, axes = figures.new_figure(figsize=(0.7 * scores.shape[1] + 2.0, 0.5 * scores.shape[0] + 1.3))
@@ -540,7 +546,6 @@ def plot_attention(attn, tokens, query_tokens=None, title=None, ax=None, cmap="B
     """One attention map (T_q, T_k) with token labels: queries as rows, keys as columns, on the fixed
     attention range of :mod:`minihead.figures` (0..1; ``vmin``/``vmax`` override it).
     Returns the matplotlib Axes."""
-    from . import figures
     attn = backend.to_host(attn)
     query_tokens = tokens if query_tokens is None else query_tokens
     if attn.shape != (len(query_tokens), len(tokens)):

@@ -43,8 +43,12 @@ import tempfile
 import threading
 import time
 import traceback
+import multiprocessing as mp
 import weakref
 from dataclasses import replace
+from multiprocessing import reduction, resource_tracker
+
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import backend, model
 from .backend import xp
@@ -62,7 +66,6 @@ class SharedMemoryError(TrainingError):
 def _one_blas_thread():
     """A context in which BLAS uses one thread (each shard's process then does its own products)."""
     if not _BLAS:
-        from threadpoolctl import ThreadpoolController
         _BLAS.append(ThreadpoolController())
     return _BLAS[0].limit(limits=1, user_api="blas")
 
@@ -168,7 +171,6 @@ class _Inherited:
         self.fd = fd
 
     def __reduce__(self):
-        from multiprocessing import reduction
         return _inherited_fd, (reduction.DupFd(self.fd),)
 
 
@@ -209,7 +211,6 @@ def _worker(conn, cfg_dict, layout, size, params_fd, grads_fd):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
-            from threadpoolctl import threadpool_limits
             threadpool_limits(1, "blas")
             cfg = model.Config.from_dict(cfg_dict)
             params = _views(_map(params_fd, size), layout)
@@ -258,7 +259,6 @@ class Workers:
     dying worker, with the command that resumes the run."""
 
     def __init__(self, params, cfg, n_shards, run_dir=None, start_timeout=START_TIMEOUT):
-        import multiprocessing as mp
         self.params, self.n_shards, self.run_dir = params, n_shards, run_dir
         self.layout, size = _layout(params)
         self.folder = _shm_folder()
@@ -278,7 +278,6 @@ class Workers:
                 params[k] = views[k]
             self.views = views
             ctx = mp.get_context("spawn")                    # a fresh interpreter: no threads copied by fork
-            from multiprocessing import resource_tracker
             resource_tracker.ensure_running()                # started here: its start unblocks SIGINT
             for i, gfd in enumerate(fds[1:]):
                 here, there = ctx.Pipe()

@@ -1,16 +1,28 @@
-"""The trained model every chapter and the ``reproduce`` command analyse, trained once and cached.
+"""The models every chapter and command analyse, and the studies made of them.
 
-``load_study("quick")`` returns the quick model (what the tests and CI use) and ``load_study("default")``
-the chapters' model, each trained on data_small by :func:`minihead.train.train` the first time and read
-from ``runs/<name>/`` afterwards (an interrupted training resumes from ``last.npz``).
+A *study model* is a preset trained on data_small (or a real corpus), trained once and cached:
+``load_study("quick")`` is the quick model (what the tests and CI use), ``load_study("default")`` the chapters' model,
+each trained by :func:`minihead.train.train` the first time and read from its run folder afterwards (an interrupted
+training resumes from ``last.npz``). :func:`run_folder` names the folder after everything that determines the model.
+
+A *study over seeds* is what ``reproduce --seeds`` and ``emergence --study`` write, one document per study:
+:data:`SCALES` (the settings of each scale), the provenance that makes a shipped document stale when the settings,
+the data or the criteria change (:func:`study_provenance`, :func:`emergence_provenance`, one check:
+:func:`check_provenance`), and the readers the chapters use (:func:`load_shipped_study`, :func:`load_trace`).
 """
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 
-from . import checkpoint
-from .data.corpus import REPO_ROOT, load_data_small
-from .train import Corpus, preset
+from threadpoolctl import threadpool_info
+
+from . import checkpoint, findings
+from .data import bpe as bpe_mod
+from .data.corpus import REPO_ROOT, load_data_small, read_parallel, resolve_data
+from .data.vocab import frequencies
+from .errors import MiniheadError
+from .train import Corpus, preset, preset_settings
 from .train import train as train_model
 
 RUNS = REPO_ROOT / "runs"
@@ -33,7 +45,6 @@ class Study:
 def blas_threads():
     """Threads the BLAS library uses now (threadpoolctl). Float32 GEMM sums depend on how the work is split
     between threads, so models trained with 1 and with 2 threads differ and are cached apart."""
-    from threadpoolctl import threadpool_info
     counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
     return max(counts) if counts else 1
 
@@ -45,7 +56,6 @@ STUDY_FILES = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test
 def check_provenance(path, have, want, remake):
     """Refuse a shipped document whose recorded provenance ``have`` differs from today's ``want`` in any key of
     ``want`` (settings, data hash): a MiniheadError naming ``path``, the key, both values and how to ``remake`` it."""
-    from .errors import MiniheadError
     for k in want:
         if have.get(k) != want[k]:
             raise MiniheadError(f"{path}: stale, its {k} differs from today's ({have.get(k)!r} vs {want[k]!r}); {remake}")
@@ -53,7 +63,6 @@ def check_provenance(path, have, want, remake):
 
 def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt")):
     """Short hash of the bytes of a data folder's parallel files: a regenerated language gets new run folders."""
-    import hashlib
     h = hashlib.sha1()
     for n in names:
         path = os.path.join(str(folder), n)
@@ -66,7 +75,6 @@ def data_fingerprint(folder, names=("train.src", "train.tgt", "dev.src", "dev.tg
 def file_hash(path):
     """SHA-1 of a file's bytes (hex): what a cache made from the file is keyed by, so an edit in place, even one
     that keeps the size, is a new key."""
-    import hashlib
     h = hashlib.sha1()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -79,13 +87,29 @@ def run_folder(name, data="data_small", runs=None, **overrides):
     overrides) and the data's bytes: everything that determines the model is in the name, so the test suite (one
     BLAS thread) never reuses a model the command line trained with two, a regenerated data_small never reuses a
     model of the old one, and a preset whose settings change never reuses a model trained under the old ones."""
-    import hashlib
-    from .data.corpus import resolve_data
-    from .train import preset_settings
     key = json.dumps({"preset": preset_settings(name, **overrides), "data": data_fingerprint(resolve_data(data))},
                      sort_keys=True)
     return os.path.join(str(runs or RUNS), f"{_tag(name, overrides)}-t{blas_threads()}-"
                                            f"{hashlib.sha1(key.encode()).hexdigest()[:8]}")
+
+
+def study_overrides(s, seed=None):
+    """The preset settings of one model of scale ``s``: its ``train`` overrides (tests use tiny ones) and, when
+    ``seed`` differs from the preset's own, the seed. A seed equal to the preset's is not named, so
+    ``--seeds 1,2,3`` reuses the model (and every cached stage) that ``reproduce`` without ``--seeds`` trained."""
+    over = dict(s.get("train", {}))
+    if seed is not None and seed != preset(s["study"], 1, **over)[1].seed:
+        over["seed"] = int(seed)
+    return over
+
+
+def trace_folder(data, config, seed, overrides, every, runs_dir, n_trees=None):
+    """``<runs_dir>/trace-every<N>-trees<n|all>/<run folder>``: the traced run of one seed, with early stopping
+    off (``patience`` past the last evaluation, an override, so it is in the run folder's name and hash)."""
+    tcfg = preset(config, 1, seed=seed, **overrides)[1]
+    ov = {"seed": seed, **overrides, "patience": tcfg.max_steps // tcfg.eval_every + 1}
+    sub = f"trace-every{every}-trees{n_trees or 'all'}"
+    return os.path.join(str(runs_dir), sub, os.path.basename(run_folder(config, data, None, **ov))), ov
 
 
 def _tag(name, overrides):
@@ -162,8 +186,6 @@ def real_run_folder(files, name, n_merges, n_dev, runs=None, **overrides):
     """``runs/real-<name>-<hash>``, the hash over the corpus files' CONTENTS (an edit in place that keeps the size
     is another corpus), the preset's settings with the overrides, the merges, the held-out size and the BLAS
     thread count."""
-    import hashlib
-    from .train import preset_settings
     ident = json.dumps([file_hash(p) for p in files]
                        + [name, n_merges, n_dev, sorted(overrides.items()), preset_settings(name, **overrides),
                           blas_threads()], sort_keys=True)
@@ -177,9 +199,6 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
     Without dev files the last ``n_dev`` training pairs are held out; without test files dev is reused.
     Cached under ``runs/real-<name>-<hash>/`` (hash of the files' contents, the preset's settings with the
     overrides, the merges, the held-out size and the BLAS thread count): an edited corpus is a new folder."""
-    from .data import bpe as bpe_mod
-    from .data.corpus import read_parallel
-    from .data.vocab import frequencies
     n_merges = n_merges or (4000 if name == "quick" else 8000)
     files = [p for p in (train_src, train_tgt, dev_src, dev_tgt, test_src, test_tgt) if p]
     out = real_run_folder(files, name, n_merges, n_dev, runs, **overrides)
@@ -211,3 +230,231 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
               "test": ([s for s, _ in test_p], [t for _, t in test_p])}
     return RealStudy(os.path.basename(out), ck.params, ck.cfg, ck.vocab, corpus, splits, {}, logged["history"],
                      logged.get("curve", []), ck.path, bpe=bpe, src_word_freq=frequencies([s for s, _ in train]))
+
+
+# --------------------------------------------------------------------------- the studies over seeds
+# Settings of each scale of ``python -m minihead reproduce``; chapters 2, 5 and 6 read them from here, so their cached
+# stages are the command's. n_scratch: the most pruned all-attention configurations also trained from scratch;
+# scratch_steps None = the same budget as the pruned model (its training steps plus the steps that pruning run used,
+# in training batches). prune_steps is a CAP: each pruning run stops once 90% of its gates are settled
+# (PruneSettings.settle); "prune" / "prune_all" are PruneSettings fields. On the quick model (one BLAS thread) every
+# encoder lambda settled within 380 steps, while the official joint optimiser (gates at the weights' rate) left every
+# gate unsettled at 600 (docs/experiments.md).
+SCALES = {
+    "quick": {"study": "quick", "n_dev": 300, "n_test": 200, "n_ablation": 150, "prune_steps": 600,
+              # 0.2 and 0.3 since the quick model has 6 encoder heads: 0.1 kept 3-4 of them
+              "enc_lambdas": (0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.1, 0.2, 0.3), "all_lambdas": (0.03, 0.1),
+              "n_scratch": 1, "scratch_steps": None,
+              "prune": {"lr_gates": 0.2, "lr_params": 1e-3, "max_tokens": 1250, "seed": 0, "log_every": 10},
+              "prune_all": {"log_every": 5}},
+    "full": {"study": "default", "n_dev": 1000, "n_test": 1000, "n_ablation": 300, "prune_steps": 800,
+             # 0.1 and 0.2 fill the gap between 0.05 (6-8 of 12 heads kept) and 0.3 (2-3 kept), where the knee lies
+             "enc_lambdas": (0.0, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3), "all_lambdas": (0.03, 0.1),
+             "n_scratch": 2, "scratch_steps": None,
+             "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10},
+             "prune_all": {"log_every": 5}},
+}
+ROLES_SPLIT = "test"     # the split whose gold trees judge the head roles (dev is for choosing recipes)
+STUDIES = os.path.join(str(REPO_ROOT), "chapters", "studies")      # the shipped studies over seeds and traces
+DATA_SMALL = os.path.join(str(REPO_ROOT), "data_small")
+
+
+def study_provenance(s, data=None):
+    """What determines a study's verdicts besides the code: the scale's settings, the preset's model and training
+    settings, the content hash of the data (text, dev and test trees), the version of the criteria and the trees
+    the roles are judged on. Stored in study.json; a shipped study whose provenance differs from today's is stale
+    (:func:`load_shipped_study`)."""
+    files = STUDY_FILES + ("test.conllu",)       # the roles are judged on the test trees
+    return checkpoint.plain({"scale": s, "preset": preset_settings(s["study"]),
+                             "data": data_fingerprint(data or DATA_SMALL, files),
+                             "criteria": findings.CRITERIA_VERSION, "roles_trees": ROLES_SPLIT})
+
+
+def emergence_provenance(config, data, n_trees, overrides):
+    """What determines an emergence study's verdicts besides the code: the preset's settings with the overrides
+    applied, the data's content hash (text and dev trees) and the number of dev trees measured."""
+    return checkpoint.plain({"kind": "emergence", "preset": preset_settings(config, **overrides),
+                             "data": data_fingerprint(data, STUDY_FILES), "n_trees": n_trees})
+
+
+def seeds_doc(s, per_seed):
+    """A study over seeds of ``reproduce`` (study.json, what the chapters and the README read): {"study": preset,
+    "scale": s, "seeds": [k, ...], "blas_threads": n, "per_seed": [{"seed", "report", "test_bleu", "seconds",
+    "findings": {name: Verdict.to_dict()}}], "summary": :func:`minihead.findings.summarize` of the per-seed
+    findings (each number a list [mean, sd, [per-seed values]]), "provenance": :func:`study_provenance`}."""
+    return {"study": s["study"], "scale": s, "seeds": [p["seed"] for p in per_seed], "blas_threads": blas_threads(),
+            "per_seed": per_seed, "summary": findings.summarize([p["findings"] for p in per_seed]),
+            "provenance": study_provenance(s)}
+
+
+def merge_seeds(docs, what="studies"):
+    """One study over seeds from several made on their own (``reproduce --seeds K`` on different machines or
+    sessions): their per-seed records in seed order, summarised again. Refused when their scales, provenance or
+    BLAS thread counts differ, or a seed appears twice: a MiniheadError naming the ``what`` (each doc's path)."""
+    if not docs:
+        raise MiniheadError(f"{what}: nothing to merge")
+    first = docs[0]
+    for d in docs[1:]:
+        for k in ("study", "scale", "blas_threads", "provenance"):
+            if checkpoint.plain(d.get(k)) != checkpoint.plain(first.get(k)):
+                raise MiniheadError(f"{what}: the studies differ in {k} ({d.get(k)!r} vs {first.get(k)!r}); only "
+                                    f"studies made alike merge")
+    per_seed = sorted((p for d in docs for p in d["per_seed"]), key=lambda p: p["seed"])
+    seeds = [p["seed"] for p in per_seed]
+    if len(set(seeds)) != len(seeds):
+        raise MiniheadError(f"{what}: seed(s) {sorted({k for k in seeds if seeds.count(k) > 1})} appear twice")
+    return {**first, "seeds": seeds, "per_seed": per_seed,
+            "summary": findings.summarize([p["findings"] for p in per_seed])}
+
+
+def emergence_doc(results, config, data, n_trees, overrides):
+    """The emergence study over seeds as the chapters read it (:func:`load_shipped_study`): per-seed verdicts of
+    the three head functions, :func:`minihead.findings.summarize` of them, and the provenance."""
+    per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps,
+                 "findings": {"positional": r.positional, "syntactic": r.syntactic, "rare_word": r.rare,
+                              **({"prunable": r.pruning["prunable"],
+                                  "functions_survive": r.pruning["functions_survive"]} if r.pruning else {})}}
+                for r in results]
+    return {"study": config, "seeds": [r.seed for r in results], "blas_threads": blas_threads(),
+            "per_seed": per_seed, "summary": findings.summarize([p["findings"] for p in per_seed]),
+            "provenance": emergence_provenance(config, data, n_trees, overrides)}
+
+
+def _read_json(path, what, remake):
+    """The JSON document at ``path``, or a MiniheadError naming it (missing, unreadable) with how to remake it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise MiniheadError(f"{path}: no such {what}; {remake}") from None
+    except (OSError, ValueError) as exc:
+        raise MiniheadError(f"{path}: does not parse as a {what} ({exc}); {remake}") from None
+
+
+def load_shipped_study(name="quick"):
+    """The study over seeds that the chapters judge their claims by: ``chapters/studies/<name>.json``. Either a
+    copy of the study.json of ``python -m minihead reproduce [--quick] --seeds 1,2,3`` (name: a scale of
+    :data:`SCALES`), or the file ``python -m minihead emergence --config <name> --seeds 1,2,3 --study`` wrote
+    (head roles only). Refused, with the command that remakes it, when missing or when its provenance (settings,
+    data) differs from today's."""
+    path = os.path.join(STUDIES, f"{name}.json")
+    if name in SCALES:
+        remake = (f"remake it with `python -m minihead reproduce {'--quick ' if name == 'quick' else ''}--seeds 1,2,3 "
+                  f"--out report-{name}` and copy report-{name}/study.json to chapters/studies/{name}.json")
+    else:
+        remake = (f"remake it with `python -m minihead emergence --config {name} --seeds 1,2,3 "
+                  f"--study chapters/studies/{name}.json`")
+    if not os.path.exists(path):
+        raise MiniheadError(f"{path}: no study over seeds for {name!r}; {remake}")
+    doc = _read_json(path, "study", remake)
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
+        raise MiniheadError(f"{path}: holds no study (an object with a 'summary'); {remake}")
+    fields = ("held_in", "of", "status", "numbers") if name in SCALES else ("held_in", "of", "numbers")
+    bad = [k for k, v in doc["summary"].items() if not (isinstance(v, dict) and all(f in v for f in fields))]
+    if bad:   # valid JSON of the wrong shape: named here, not a KeyError in a chapter
+        raise MiniheadError(f"{path}: the summary's {', '.join(bad)} lack {', '.join(fields)}; {remake}")
+    have = doc.get("provenance", {})
+    if name in SCALES:
+        want = study_provenance(SCALES[name])
+    else:
+        want = emergence_provenance(name, DATA_SMALL, have.get("n_trees"), {})
+    check_provenance(path, have, want, remake)
+    return doc
+
+
+def read_study(path):
+    """A study.json of ``reproduce --seeds`` as written (no provenance check: :func:`merge_seeds` compares the
+    documents it merges); a MiniheadError naming the file when it is missing, does not parse or holds no seeds."""
+    doc = _read_json(path, "study", "make it with `python -m minihead reproduce --seeds K --out DIR`")
+    if not (isinstance(doc, dict) and isinstance(doc.get("per_seed"), list) and doc["per_seed"]
+            and all(isinstance(p, dict) and {"seed", "findings"} <= set(p) for p in doc["per_seed"])):
+        raise MiniheadError(f"{path}: holds no study over seeds (per_seed records with seed and findings)")
+    return doc
+
+
+def load_studies(names):
+    """{name: the shipped study document as it is on disk}, read without the provenance check (the README shows
+    what the shipped files say, stale or not; :func:`load_shipped_study` is the checked reader)."""
+    return {name: _read_json(os.path.join(STUDIES, f"{name}.json"), "study", "see docs/studies.md")
+            for name in names}
+
+
+def judge_against_study(name, verdicts, names=None, strict=True, log=print):
+    """A chapter's closing check: ``verdicts`` ({finding: Verdict}) of the chapter's model judged by
+    :func:`minihead.findings.check_claims` against the shipped study ``name`` (:func:`load_shipped_study`), then
+    the chapter's findings table (:func:`minihead.findings.findings_table`: the paper's number, the study's over
+    seeds, the criterion, the verdict). Without a usable study: ``strict`` re-raises (the quick study ships with
+    the chapters, so missing or stale is an error); otherwise no claim is asserted and this model's verdicts are
+    printed. Returns {finding: status}, or None without a study."""
+    names = list(verdicts) if names is None else list(names)
+    try:
+        shipped = load_shipped_study(name)
+    except MiniheadError as exc:
+        if strict:
+            raise
+        log(f"{exc}\nNo study over seeds for {name!r}, so no claim is asserted. This model alone:")
+        for n in names:
+            log(f"  {findings.what(n)}: {verdicts[n].status} ({verdicts[n].text()})")
+        return None
+    log(f"the study over seeds {', '.join(map(str, shipped['seeds']))} (preset {shipped['study']}, "
+        f"{shipped['blas_threads']} BLAS thread(s)):")
+    status = findings.check_claims(shipped["summary"], verdicts, names=names, log=log)
+    log("\n" + findings.findings_table(shipped["summary"], names))
+    return status
+
+
+# --------------------------------------------------------------------------- traces along training
+def trace_doc(traces, config, data, n_trees, overrides, every):
+    """The traces of several seeds as one JSON document (``emergence --trace N --json``; the chapters plot the
+    shipped ones): {"kind": "emergence-trace", "study", "data", "every", "seeds", "blas_threads", "provenance",
+    "traces": {seed: rows}}."""
+    return {"kind": "emergence-trace", "study": config, "data": _relative(data), "overrides": dict(overrides),
+            "n_trees": n_trees, "every": every, "seeds": list(traces), "blas_threads": blas_threads(),
+            "provenance": emergence_provenance(config, data, n_trees, overrides),
+            "traces": {str(k): v for k, v in traces.items()}}
+
+
+def _relative(data):
+    """A data folder as the trace document names it: relative to the repository when inside it."""
+    path = os.path.abspath(str(data))
+    inside = os.path.commonpath([path, str(REPO_ROOT)]) == str(REPO_ROOT)
+    return os.path.relpath(path, str(REPO_ROOT)) if inside else path
+
+
+def load_trace(path):
+    """A trace document (:func:`trace_doc`) such as the ones shipped in chapters/studies/, refused with the
+    command that remakes it when missing, unreadable, or when its provenance (the preset's settings with its
+    overrides, the data's content hash) differs from today's."""
+    remake = ("remake it with `python -m minihead emergence --trace N --json PATH` (docs/studies.md gives the command "
+              "of each shipped trace)")
+    doc = _read_json(path, "trace", remake)
+    if not isinstance(doc, dict) or doc.get("kind") != "emergence-trace":
+        raise MiniheadError(f"{path}: holds no trace (an object with kind 'emergence-trace'); {remake}")
+    missing = [k for k in ("study", "data", "n_trees", "overrides", "provenance", "traces") if k not in doc]
+    if missing:
+        raise MiniheadError(f"{path}: a trace without {', '.join(missing)}; {remake}")
+    data = os.path.join(str(REPO_ROOT), doc["data"])
+    check_provenance(path, doc.get("provenance", {}),
+                     emergence_provenance(doc["study"], data, doc["n_trees"], doc["overrides"]), remake)
+    check_trace_rows(path, doc, remake)
+    return doc
+
+
+def check_trace_rows(path, doc, remake):
+    """Each seed's rows must be a list of measurements at the trace's steps, every ``every`` steps and the run's
+    last, none skipped: a trace with a gap (or rows of the wrong shape) would plot a curve it did not measure."""
+    traces, every = doc["traces"], doc.get("every")
+    if not isinstance(traces, dict) or not isinstance(every, int) or every < 1:
+        raise MiniheadError(f"{path}: its traces are not an object of seeds, or it names no step interval; {remake}")
+    max_steps = preset(doc["study"], 1, **doc["overrides"])[1].max_steps
+    want = sorted(set(range(every, max_steps + 1, every)) | {max_steps})
+    for seed, rows in traces.items():
+        ok = isinstance(rows, list) and all(isinstance(r, dict) and {"step", "dev_bleu", "positional", "syntactic",
+                                                                     "rare"} <= set(r) for r in rows)
+        if not ok:
+            raise MiniheadError(f"{path}: seed {seed}'s rows are not measurements (step, dev_bleu, positional, "
+                                f"syntactic, rare); {remake}")
+        steps = [r["step"] for r in rows]
+        if steps != want[:len(steps)] or not steps:
+            raise MiniheadError(f"{path}: seed {seed} is measured at steps {steps}, not every {every} steps from "
+                                f"{every} ({want[:4]}...); {remake}")

@@ -11,8 +11,10 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Optional
+
+from tqdm.auto import tqdm
 
 from . import backend, checkpoint, shards
 from .data.vocab import SPECIALS, Vocab, batches, frequencies
@@ -20,6 +22,7 @@ from .errors import TrainingError, UsageError
 from .evaluate import bleu
 from .model import Config, init_params, loss_and_grads
 from .optim import Adam, clip_grad_norm, noam_lr
+from .translate import translate
 
 
 @dataclass
@@ -104,7 +107,6 @@ def preset_settings(name, **overrides):
 
 def setting_names():
     """Every field a ``--set KEY=VALUE`` may name: the TrainConfig's, then the model Config's."""
-    from dataclasses import fields
     return [f.name for f in fields(TrainConfig)] + [f.name for f in fields(Config) if f.name != "vocab_size"]
 
 
@@ -196,7 +198,6 @@ def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=
 
 
 def dev_bleu(params, cfg, corpus, n, gates=None):
-    from .translate import translate
     hyps = translate(params, cfg, corpus.vocab, corpus.dev_src[:n], gates=gates)
     return bleu(hyps, corpus.dev_tgt[:n])
 
@@ -218,8 +219,24 @@ def train(corpus, cfg, tcfg, out_dir, resume=False, progress=True, stop_after=No
     if not corpus.train_src or not corpus.dev_src:
         raise UsageError(f"{out_dir}: the corpus has {len(corpus.train_src)} training and {len(corpus.dev_src)} "
                          f"dev pairs; training needs both")
-    with checkpoint.run_lock(out_dir):
-        return _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every)
+    run = _Run(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every)
+    with checkpoint.run_lock(out_dir), contextlib.ExitStack() as stack:   # the stack stops shard workers
+        return _train_loop(run, stack)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One call of :func:`train`: its arguments, as :func:`_train_loop` reads them."""
+    corpus: object
+    cfg: Config
+    tcfg: object
+    out_dir: str
+    resume: bool
+    progress: bool
+    stop_after: Optional[int]
+    log: object
+    gates: Optional[dict]
+    save_every: Optional[int]
 
 
 def _step_fn(params, cfg, tcfg, gates, stack, out_dir=None):
@@ -254,13 +271,9 @@ def check_resume(ck, cfg, tcfg, vocab=None):
                          f"{', '.join(diff)}; resume with the saved settings or train into a new folder")
 
 
-def _train(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every):
-    with contextlib.ExitStack() as stack:
-        return _train_loop(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every, stack)
-
-
-def _train_loop(corpus, cfg, tcfg, out_dir, resume, progress, stop_after, log, gates, save_every, stack):
-    from tqdm.auto import tqdm
+def _train_loop(run, stack):
+    corpus, cfg, tcfg, out_dir, resume, progress = run.corpus, run.cfg, run.tcfg, run.out_dir, run.resume, run.progress
+    stop_after, log, gates, save_every = run.stop_after, run.log, run.gates, run.save_every
     last_path, best_path = os.path.join(out_dir, "last.npz"), os.path.join(out_dir, "best.npz")
     vocab = corpus.vocab
     src_ids = [vocab.encode(s) for s in corpus.train_src]

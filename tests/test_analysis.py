@@ -4,7 +4,6 @@ Toy models (a couple of encoder layers, d_model 16) are trained on a slice of da
 the extraction is checked against an independent single-sentence encoder run. Where the shared real
 data exists, a tiny BPE model trained on Multi30k EN-DE is analysed on UD English EWT dev trees.
 """
-import argparse
 import os
 import pathlib
 from dataclasses import replace
@@ -12,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from minihead import analysis, backend, checkpoint, roles
+from minihead import analysis, backend, checkpoint, cli, commands, paper, roles
 from minihead.data.bpe import BPE, piece_to_word, tokenize
 from minihead.data.conllu_io import Sentence, read_conllu, write_conllu
 from minihead.data.corpus import REPO_ROOT, load_data_small
@@ -191,7 +190,7 @@ def test_head_roles_agrees_with_the_measures_it_collects(word_model, small):
     assert rep.baseline == roles.offset_baseline(trees)[0]
     assert [(r.relation, r.direction) for r in rep.table] == \
         [(r, d) for r in roles.RELATIONS for d in roles.DIRECTIONS]
-    assert rep.rare is not None and rep.rare.top_n == roles.PAPER_TOP_N
+    assert rep.rare is not None and rep.rare.top_n == paper.RARE["top_n"]
     assert set(rep.roles) == {(l, h) for l in range(L) for h in range(H)}
     margin = backend.to_host(rep.syntactic_margin())
     assert margin[0, 1] == pytest.approx(max(float(backend.to_host(a)[0, 1]) - rep.baseline[k]
@@ -218,10 +217,8 @@ def test_head_roles_refuses_piece_frequencies_with_bpe(bpe_model, small):
 # The command
 
 def run_cli(argv):
-    p = argparse.ArgumentParser()
-    analysis.add_roles_command(p.add_subparsers(dest="command", required=True))
-    args = p.parse_args(argv)
-    return args.func(args)
+    """The roles command as the CLI parses it, run without the CLI's checks (the command's own errors are tested)."""
+    return commands.cmd_roles(cli.build_parser().parse_args(argv))
 
 
 def test_roles_command_prints_tables_and_saves_figures(word_model, tmp_path, capsys):
@@ -237,7 +234,7 @@ def test_roles_command_prints_tables_and_saves_figures(word_model, tmp_path, cap
     assert "verb->subject" in text and "paper WMT" in text
     assert "chance: rarest" in text and "train.src" in text
     # Frequencies come from the first n_train lines of train.src, as in training.
-    assert rep.rare.top_n == roles.PAPER_TOP_N
+    assert rep.rare.top_n == paper.RARE["top_n"]
     for name in ("head_scores.png", "heads_sentence0.png"):
         assert (out / name).stat().st_size > 1000
 
@@ -260,7 +257,7 @@ def test_roles_command_with_bpe(bpe_model, small, tmp_path, capsys):
     rep = run_cli(["roles", ck, "--conllu", dev, "--bpe", str(codes), "--train-src", str(train_src),
                    "--max-sentences", "30", "--out", str(tmp_path / "f")])
     assert "chance: rarest" in capsys.readouterr().out
-    assert rep.rare.top_n == roles.PAPER_TOP_N
+    assert rep.rare.top_n == paper.RARE["top_n"]
 
 
 def one_line_error(exc_info, *parts):

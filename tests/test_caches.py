@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from minihead import checkpoint, cli, emergence, study
+from minihead import checkpoint, cli, commands, emergence, study
+from minihead import stages
 from minihead.__main__ import main
 from minihead.errors import CheckpointError, MiniheadError, UsageError
 from minihead.train import Corpus, preset, train
@@ -40,14 +41,14 @@ def test_a_trace_holds_its_run_folder_for_the_whole_command(tmp_path, monkeypatc
     trace of the same folder cannot train on in between and leave rows labelled with steps whose parameters they do
     not hold; and the command refuses at once, before any work, when another live process holds the folder."""
     args = ("data_small", "quick", 1, TINY, 2, str(tmp_path / "runs"), 6)
-    out, _ = emergence.trace_folder(*args[:6], n_trees=6)
+    out, _ = study.trace_folder(*args[:6], n_trees=6)
     held_while_measuring = []
-    measure = emergence.measure
+    measure = stages.measure_functions
 
     def spy(*a, **k):
         held_while_measuring.append(checkpoint._lock_owner(os.path.join(out, checkpoint.LOCK_NAME)) == os.getpid())
         return measure(*a, **k)
-    monkeypatch.setattr(emergence, "measure", spy)
+    monkeypatch.setattr(stages, "measure_functions", spy)
     rows = emergence.trace_seed(*args, progress=False)
     assert [r["step"] for r in rows] == [2, 4, 5] and held_while_measuring == [True, True, True]
     assert not os.path.exists(os.path.join(out, checkpoint.LOCK_NAME)), "released at the end"
@@ -147,8 +148,8 @@ def test_emergence_measurement_is_keyed_by_the_model(tmp_path, monkeypatch):
     params = {k: v * 1.5 for k, v in ck.params.items()}                     # the model is not what it was
     checkpoint.save(s.path, params, ck.cfg, ck.vocab, meta=ck.meta)
     calls = []
-    measure = emergence.measure
-    monkeypatch.setattr(emergence, "measure", lambda *a, **k: calls.append(1) or measure(*a, **k))
+    measure = stages.measure_functions
+    monkeypatch.setattr(stages, "measure_functions", lambda *a, **k: calls.append(1) or measure(*a, **k))
     again = emergence.run_seed("data_small", "quick", 1, TINY, runs, n_trees=6, progress=False)
     assert calls == [1], "the changed model was measured again"
     assert again.seed == first.seed
@@ -183,13 +184,13 @@ def test_overwrite_keeps_the_old_model_until_the_new_one_has_saved(tmp_path, mon
     def failing(corpus, cfg, tcfg, folder, **kw):
         real_train(corpus, cfg, tcfg, folder, stop_after=1, **kw)           # saves a little, then fails
         raise MiniheadError(f"{folder}: training diverged at step 2")
-    monkeypatch.setattr(train_mod, "train", failing)
+    monkeypatch.setattr(commands, "train", failing)
     with pytest.raises(SystemExit):
         main(["train", "--data", str(data), "--out", str(out), *CLI_TINY, "seed=7", "--overwrite"])
     capsys.readouterr()
     assert {f: (out / f).read_bytes() for f in before} == before
     assert sorted(os.listdir(out)) == ["best.npz", "last.npz"]
-    monkeypatch.setattr(train_mod, "train", real_train)
+    monkeypatch.setattr(commands, "train", real_train)
     main(["train", "--data", str(data), "--out", str(out), *CLI_TINY, "seed=7", "--overwrite"])
     assert checkpoint.load(str(out / "best.npz")).meta["train"]["seed"] == 7
     assert sorted(os.listdir(out)) == ["best.npz", "last.npz"]
@@ -277,15 +278,15 @@ def test_a_trace_with_a_gap_is_refused(tmp_path):
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[1]
     doc = json.loads((root / "chapters" / "studies" / "trace-quick.json").read_text())
-    emergence.check_trace_rows("t.json", doc, "remake it")
+    study.check_trace_rows("t.json", doc, "remake it")
     gap = {**doc, "traces": {**doc["traces"], "2": doc["traces"]["2"][:3] + doc["traces"]["2"][4:]}}
     (tmp_path / "gap.json").write_text(json.dumps(gap))
     with pytest.raises(MiniheadError, match=r"gap.json: seed 2 is measured at steps \[200, 400, 600, 1000"):
-        emergence.load_trace(str(tmp_path / "gap.json"))
+        study.load_trace(str(tmp_path / "gap.json"))
     bad = {**doc, "traces": {"1": [{"step": 200}]}}
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(MiniheadError, match=r"seed 1's rows are not measurements"):
-        emergence.load_trace(str(tmp_path / "bad.json"))
+        study.load_trace(str(tmp_path / "bad.json"))
 
 
 def test_sigterm_releases_the_run_lock_and_says_where_to_resume(tmp_path):

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from minihead import emergence
+from minihead import cli, report, stages, study
+from minihead.data.corpus import REPO_ROOT
 from minihead.cli import main
 
 
@@ -41,17 +43,6 @@ def test_emergence_command_trains_measures_and_caches_per_seed(tmp_path, capsys)
     assert doc["provenance"]["preset"]["model"]["d_model"] == 16 and doc["provenance"]["n_trees"] == 6
 
 
-def test_head_roles_of_a_seed_come_from_its_verdicts():
-    """emergence.head_roles_of: positional heads, heads over the offset baseline for a relation, and the rare-word
-    head only when its verdict holds, as {(layer, head): roles}."""
-    r = {"positional": {"heads": [[3, 1, 1]]},
-         "syntactic": {"heads": [["obj", "dep->head", 3, 1, 0.8, 0.4], ["amod", "dep->head", 2, 0, 0.9, 0.5]]},
-         "rare": {"held": False, "head": [0, 0]}}
-    assert emergence.head_roles_of(r) == {(3, 1): {"positional", "syntactic"}, (2, 0): {"syntactic"}}
-    r["rare"]["held"] = True
-    assert emergence.head_roles_of(r)[(0, 0)] == {"rare"}
-
-
 def test_emergence_prunes_encoder_heads_and_judges_survivors(tmp_path):
     """run_seed(prune_lambdas=...): one encoder pruning run per lambda (cached: a second call reads the same
     survivors), the survivors' heads with a role among the seed's own role heads, and the two encoder pruning
@@ -64,6 +55,10 @@ def test_emergence_prunes_encoder_heads_and_judges_survivors(tmp_path):
     p = r.pruning
     assert [k["lam"] for k in p["runs"]] == [0.0, 50.0] and p["n_enc"] == 3 * 2
     roles = {(l, h) for l, h, _ in p["roles"]}
+    # one role classifier: the roles judged are minihead.roles.classify_heads' on the same dev trees
+    s = study.load_study("quick", "data_small", runs=str(tmp_path / "runs"), progress=False, seed=1, **settings)
+    assert p["roles"] == [[l, h, sorted(v)] for (l, h), v in sorted(stages.roles_stage(s, 6, split="dev").roles.items())
+                          if v]
     for k in p["runs"]:
         assert all(0 <= l < 3 and 0 <= h < 2 for l, h in k["heads"])
         assert [lh for lh in k["heads"] if tuple(lh) in roles] == k["with_role"]
@@ -72,22 +67,21 @@ def test_emergence_prunes_encoder_heads_and_judges_survivors(tmp_path):
 
 
 def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path, monkeypatch):
-    """A study written by `emergence --study` is read by reproduce.load_shipped_study(preset name) when its
+    """A study written by `emergence --study` is read by study.load_shipped_study(preset name) when its
     provenance is today's preset (no overrides) and data_small's content hash; a study made with other settings
     is refused as stale, naming the command that remakes it."""
-    from minihead import reproduce
     from minihead.errors import MiniheadError
     from minihead.train import PRESETS
-    monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
-    data = str(pathlib.Path(reproduce.ROOT) / "data_small")
-    doc = {"study": "quick", "summary": {}, "provenance": emergence.provenance("quick", data, None, {})}
+    monkeypatch.setattr(study, "STUDIES", str(tmp_path))
+    data = str(pathlib.Path(str(REPO_ROOT)) / "data_small")
+    doc = {"study": "quick", "summary": {}, "provenance": study.emergence_provenance("quick", data, None, {})}
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
     monkeypatch.setitem(PRESETS, "emerge-like", PRESETS["quick"])
-    assert reproduce.load_shipped_study("emerge-like")["summary"] == {}
-    doc["provenance"] = emergence.provenance("quick", data, None, {"max_steps": 7})
+    assert study.load_shipped_study("emerge-like")["summary"] == {}
+    doc["provenance"] = study.emergence_provenance("quick", data, None, {"max_steps": 7})
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
     with pytest.raises(MiniheadError, match=r"stale, its preset differs.*emergence --config emerge-like --seeds"):
-        reproduce.load_shipped_study("emerge-like")
+        study.load_shipped_study("emerge-like")
 
 
 TINY = dict(max_steps=5, eval_every=3, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)
@@ -105,11 +99,11 @@ def test_trace_measures_the_uninterrupted_run_and_resumes(tmp_path):
     rows = emergence.trace_seed(*args, progress=False)
     assert [r["step"] for r in rows] == [2, 4, 5]
     assert set(rows[0]) == {"step", "dev_bleu", "positional", "syntactic", "rare"}
-    out, ov = emergence.trace_folder(*args[:6], n_trees=6)
+    out, ov = study.trace_folder(*args[:6], n_trees=6)
     assert ov["patience"] == 5 // 3 + 1 and "patience2" in out and "trace-every2-trees6" in out
     _, trees, corpus, cfg, tcfg = study.prepare("quick", "data_small", **ov)
     whole = train(corpus, cfg, tcfg, str(tmp_path / "whole"), progress=False)
-    pos, syn, rare = emergence.measure(whole.params, cfg, corpus.vocab, trees["dev"][:6], corpus.src_freq)
+    pos, syn, rare = stages.measure_functions(whole.params, cfg, corpus.vocab, trees["dev"][:6], corpus.src_freq)
     assert [rows[-1]["positional"], rows[-1]["syntactic"], rows[-1]["rare"]] == json.loads(json.dumps([pos, syn, rare]))
     assert rows[-1]["dev_bleu"] == dev_bleu(whole.params, cfg, corpus, tcfg.dev_bleu_sentences)
     path = pathlib.Path(out) / "trace.json"
@@ -126,7 +120,7 @@ def test_trace_measures_the_uninterrupted_run_and_resumes(tmp_path):
 
 def test_trace_command_prints_writes_and_plots(tmp_path, capsys):
     """`emergence --trace N`: a table row per traced step with a column per seed, --json the trace document
-    (with the provenance the chapters check; emergence.load_trace reads it back and refuses it when stale, missing
+    (with the provenance the chapters check; study.load_trace reads it back and refuses it when stale, missing
     or lacking a field), --figure a plot of share, confidence and relations per seed."""
     from minihead.errors import MiniheadError
     argv = ["emergence", "--seeds", "1,2", "--trace", "3", "--set"] + [f"{k}={v}" for k, v in TINY.items()] + [
@@ -141,17 +135,17 @@ def test_trace_command_prints_writes_and_plots(tmp_path, capsys):
     assert list(doc["traces"]) == ["1", "2"] and doc["provenance"]["preset"]["model"]["d_model"] == 16
     assert (tmp_path / "t.png").stat().st_size > 0
     assert doc["data"] == "data_small" and doc["overrides"] == TINY
-    assert emergence.load_trace(str(tmp_path / "t.json"))["traces"] == doc["traces"]
+    assert study.load_trace(str(tmp_path / "t.json"))["traces"] == doc["traces"]
     stale = {**doc, "overrides": {**TINY, "max_steps": 6}}
     (tmp_path / "stale.json").write_text(json.dumps(stale))
     with pytest.raises(MiniheadError, match=r"stale.json: stale, its preset differs.*emergence --trace"):
-        emergence.load_trace(str(tmp_path / "stale.json"))
+        study.load_trace(str(tmp_path / "stale.json"))
     with pytest.raises(MiniheadError, match=r"nope.json: no such trace"):
-        emergence.load_trace(str(tmp_path / "nope.json"))
+        study.load_trace(str(tmp_path / "nope.json"))
     (tmp_path / "partial.json").write_text(json.dumps({k: v for k, v in doc.items() if k not in ("data", "traces")}))
     with pytest.raises(MiniheadError, match=r"partial.json: a trace without data, traces; remake it"):
-        emergence.load_trace(str(tmp_path / "partial.json"))
-    fig = emergence.plot_trace([doc, doc], labels=["needs", "control"])
+        study.load_trace(str(tmp_path / "partial.json"))
+    fig = report.plot_trace([doc, doc], labels=["needs", "control"])
     assert len(fig.axes) == 3 and all(len(ax.lines) == 2 * 2 + (ax in fig.axes[:2]) for ax in fig.axes)
 
 
@@ -178,4 +172,4 @@ def test_emergence_refuses_bad_arguments_in_one_line(argv, message, capsys):
 
 def test_parse_seeds():
     """--seeds: comma-separated whole numbers, each once, at least one."""
-    assert emergence.parse_seeds("3, 1,2") == [3, 1, 2]
+    assert cli.parse_seeds("3, 1,2") == [3, 1, 2]

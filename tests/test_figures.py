@@ -14,7 +14,8 @@ matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from minihead import analysis, emergence, figures, findings, importance, paper, reproduce, roles  # noqa: E402
+from minihead import analysis, figures, findings, importance, paper, roles, stages  # noqa: E402
+from minihead import report as reports  # noqa: E402  (report: this file's fixture of a roles report)
 from minihead.model import Config  # noqa: E402
 
 L, H = 2, 3
@@ -68,7 +69,7 @@ def all_runs():
 
 
 def trace_doc():
-    """A trace document of two seeds at three steps (the shape of emergence.trace_doc)."""
+    """A trace document of two seeds at three steps (the shape of study.trace_doc)."""
     rows = [{"step": s, "positional": {"share": 0.3 * i, "confidence": 0.4 + 0.1 * i},
              "syntactic": {"relations_held": ["nsubj"] * i}} for i, s in enumerate((100, 200, 300))]
     return {"data": "data_small", "study": "quick", "traces": {"1": rows, "2": rows}}
@@ -198,7 +199,7 @@ def test_plot_sentence_and_save_figures(tmp_path):
 def test_plot_trace_has_one_legend_for_every_line_and_the_criteria():
     """plot_trace: a legend names each document and seed (two documents x two seeds) and the criterion lines;
     the panels label their axes (integer ticks for the relation count) and titles do not overlap."""
-    fig = emergence.plot_trace([trace_doc(), trace_doc()], labels=["needs", "control"])
+    fig = reports.plot_trace([trace_doc(), trace_doc()], labels=["needs", "control"])
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[:4] == ["needs, seed 1", "needs, seed 2", "control, seed 1", "control, seed 2"]
     assert any(t.startswith("criterion") for t in labels)
@@ -206,7 +207,7 @@ def test_plot_trace_has_one_legend_for_every_line_and_the_criteria():
     assert [t.get_text() for t in fig.axes[2].get_yticklabels()] == ["0", "1", "2", "3", "4"]
     assert_no_overlap(fig)
     _, axes = plt.subplots(1, 3)
-    fig = emergence.plot_trace([trace_doc()], axes=axes)     # a caller's axes: the legend in the last panel
+    fig = reports.plot_trace([trace_doc()], axes=axes)     # a caller's axes: the legend in the last panel
     assert fig.axes[2].get_legend() is not None
 
 
@@ -215,7 +216,7 @@ def test_report_figures_name_roles_survivors_and_attention_types():
     (integer ticks, a legend of roles and "pruned"); Figure 9's kind compares the three attention types per run
     (a legend of the types, integer ticks); Figure 7's kind has its legend; none overprints its titles."""
     rep = report()
-    fig = reproduce.plot_head_functions(rep.roles, enc_runs(), L, H)
+    fig = reports.plot_head_functions(rep.roles, enc_runs(), L, H)
     grids = image_axes(fig)
     assert len(grids) == 3 and grids[0].get_title() == "every head" and grids[2].get_title().startswith("lambda 0.1: 2 of 6")
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["positional (P)", "syntactic (S)",
@@ -228,7 +229,7 @@ def test_report_figures_name_roles_survivors_and_attention_types():
     assert np.allclose(pruned, 1.0)
     assert_no_overlap(fig)
     cfg = Config(n_enc_layers=L, n_dec_layers=L, n_heads=H)
-    fig = reproduce.plot_all_pruning(all_runs(), cfg)
+    fig = reports.plot_all_pruning(all_runs(), cfg)
     totals = fig.axes[0]
     legend = [t.get_text() for t in totals.get_legend().get_texts()]
     assert [figures.KIND_NAMES[k] for k in ("enc", "dec_self", "dec_enc")] == [t for t in legend if "attention" in t]
@@ -238,7 +239,7 @@ def test_report_figures_name_roles_survivors_and_attention_types():
         assert ax.get_xlabel() == "layer" and [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
         assert ax.get_legend() is not None
     assert_no_overlap(fig)
-    fig = reproduce.plot_encoder_pruning(enc_runs(), 30.2, L * H)
+    fig = reports.plot_encoder_pruning(enc_runs(), 30.2, L * H)
     assert len(fig.axes[0].get_legend().get_texts()) == 2
     assert_no_overlap(fig)
 
@@ -256,9 +257,10 @@ def test_report_carries_figures_8_and_9_beside_the_paper(tmp_path):
                                                  ("ablation", rng.random((L, H))))}
     study = SimpleNamespace(cfg=cfg, name="synthetic", corpus=SimpleNamespace(train_src=["a"] * 5))
     allk = all_runs()
-    path = reproduce.write_report(str(tmp_path), study, {"study": "quick", "n_test": 10}, imp,
-                                  reproduce.importance_summary(imp), report(), {"bleu": 30.2}, enc_runs(), allk,
-                                  [{"bleu": 28.0}], {"train": 1.0})
+    summ, rep, enc, scratch = stages.importance_summary(imp), report(), enc_runs(), [{"bleu": 28.0}]
+    verdicts = findings.study_verdicts(summ, rep, enc, allk, scratch, cfg, imp=imp)
+    path = reports.write_report(str(tmp_path), study, {"study": "quick", "n_test": 10}, imp, summ, rep,
+                                {"bleu": 30.2}, enc, allk, scratch, {"train": 1.0}, verdicts)
     text = pathlib.Path(path).read_text()
     for name in ("relevance.png", "prune_encoder.png", "head_functions.png", "prune_all.png"):
         assert f"]({name})" in text and (tmp_path / name).stat().st_size > 0, name
@@ -272,5 +274,5 @@ def test_report_carries_figures_8_and_9_beside_the_paper(tmp_path):
     assert "Figure 9" in caption9 and f"{a} / {b} / {c}" in caption9
     assert "3 / 4 / 5 (lambda 0.03); 1 / 2 / 3 (lambda 0.1)" in caption9
     caption7 = next(line for line in text.splitlines() if line.startswith("*Encoder-head pruning"))
-    assert "Figure 7" in caption7 and reproduce.PAPER_SAYS["prunable"] in caption7
+    assert "Figure 7" in caption7 and reports.PAPER_SAYS["prunable"] in caption7
     assert json.loads((tmp_path / "results.json").read_text())["findings"].keys() == findings.FINDINGS.keys()

@@ -61,11 +61,11 @@ def test_head_relevance_definitions():
     cfg, params = toy_model(biases=True)
     b = eos_batch(np.random.default_rng(21), cfg.vocab_size)
     default = importance.head_relevance(params, cfg, [b])
-    want = _per_prediction(lrp.relevance(params, cfg, b, per_position=True, linear="z"), b.tgt_mask)
-    r = lrp.relevance(params, cfg, b, linear="z")
+    want = _per_prediction(lrp.relevance(params, cfg, b, per_position=True, rules=lrp.Rules(linear="z")), b.tgt_mask)
+    r = lrp.relevance(params, cfg, b, rules=lrp.Rules(linear="z"))
     summed = importance.head_relevance(params, cfg, [b], per_position=False)
-    official = importance.head_relevance(params, cfg, [b], linear="official")
-    want_off = _per_prediction(lrp.relevance(params, cfg, b, per_position=True, linear="official"), b.tgt_mask)
+    official = importance.head_relevance(params, cfg, [b], rules=lrp.Rules(linear="official"))
+    want_off = _per_prediction(lrp.relevance(params, cfg, b, per_position=True, rules=lrp.Rules(linear="official")), b.tgt_mask)
     differs = False
     for k in importance.KINDS:
         assert np.allclose(default[k], want[k])
@@ -83,15 +83,15 @@ def test_head_relevance_magnitude_shares():
     (the official variant); an unknown normalisation is refused."""
     cfg, params = toy_model(biases=True)
     b = eos_batch(np.random.default_rng(25), cfg.vocab_size)
-    rp = lrp.relevance(params, cfg, b, per_position=True, linear="z")
+    rp = lrp.relevance(params, cfg, b, per_position=True, rules=lrp.Rules(linear="z"))
     mag = importance.head_relevance(params, cfg, [b], normalise="abs")
     for k in importance.KINDS:
         h = np.abs(rp.head[k])[:, b.tgt_mask]                # (L, real steps, H)
         want = (h / h.sum(-1, keepdims=True)).mean(1)
         assert np.allclose(mag[k], want) and np.allclose(mag[k].sum(-1), 1.0)
         assert mag[k].min() >= 0
-    off_abs = importance.head_relevance(params, cfg, [b], linear="official", normalise="abs")
-    off_sum = importance.head_relevance(params, cfg, [b], linear="official")
+    off_abs = importance.head_relevance(params, cfg, [b], normalise="abs", rules=lrp.Rules(linear="official"))
+    off_sum = importance.head_relevance(params, cfg, [b], rules=lrp.Rules(linear="official"))
     assert all(np.allclose(off_abs[k], off_sum[k]) for k in importance.KINDS)
     with pytest.raises(importance.ImportanceError, match="normalise 'l2'"):
         importance.head_relevance(params, cfg, [b], normalise="l2")

@@ -218,7 +218,7 @@ def test_z_rule_conserves_through_dead_ffn():
     params["enc0.ffn.b1"] = params["enc0.ffn.b1"] - 1e3
     batch = toy_batch(np.random.default_rng(46), cfg.vocab_size)
     n_real = batch.tgt_mask.sum(1).astype(float)
-    r = lrp.relevance(params, cfg, batch, linear="z")
+    r = lrp.relevance(params, cfg, batch, rules=lrp.Rules(linear="z"))
     for stage, tot in r.totals.items():
         assert np.allclose(tot, n_real, atol=1e-10), (stage, tot, n_real)
 
@@ -419,7 +419,7 @@ def test_conservation_bias_free(pre_norm, shared, attention, record_property):
     cfg, params = toy_model(pre_norm, shared, biases=False)
     batch = toy_batch(gen, cfg.vocab_size)
     n_real = batch.tgt_mask.sum(1).astype(float)             # (B,)
-    r = lrp.relevance(params, cfg, batch, linear="epsilon", eps=0.0, attention=attention)
+    r = lrp.relevance(params, cfg, batch, rules=lrp.Rules(linear="epsilon", eps=0.0, attention=attention))
     assert np.array_equal(r.n_start, n_real)
     stages = list(r.totals)
     assert stages[0] == "logits" and stages[-1] == "src_emb" and len(stages) >= 3 * cfg.n_dec_layers + 2 * cfg.n_enc_layers
@@ -431,7 +431,7 @@ def test_conservation_bias_free(pre_norm, shared, attention, record_property):
     assert np.abs(r.src_token - r.src).max() > 1e-3 and np.abs(r.src_token[0, 4:]).max() == 0.0
 
     cfg_b, params_b = toy_model(pre_norm, shared, biases=True)
-    rb = lrp.relevance(params_b, cfg_b, batch, linear="epsilon", eps=0.0, attention=attention)
+    rb = lrp.relevance(params_b, cfg_b, batch, rules=lrp.Rules(linear="epsilon", eps=0.0, attention=attention))
     drift = float(np.abs((rb.src.sum(1) + rb.tgt.sum(1)) - n_real).max() / n_real.max())
     record_property("relative_drift_with_biases", drift)
     print(f"relative drift of total relevance with biases on ({pre_norm=}, {attention=}): {drift:.3g}")
@@ -488,7 +488,7 @@ def test_conservation_with_random_biases(pre_norm, shared, linear, attention):
     cfg, params = toy_model(pre_norm, shared, biases=True)
     batch = toy_batch(np.random.default_rng(45), cfg.vocab_size)
     n_real = batch.tgt_mask.sum(1).astype(float)
-    r = lrp.relevance(params, cfg, batch, linear=linear, attention=attention)
+    r = lrp.relevance(params, cfg, batch, rules=lrp.Rules(linear=linear, attention=attention))
     for stage, tot in r.totals.items():
         assert np.allclose(tot, n_real, atol=1e-6), (stage, tot, n_real)
     assert np.allclose(r.src.sum(1) + r.tgt.sum(1), n_real, atol=1e-6)
@@ -506,7 +506,7 @@ def test_alphabeta_model_is_positive_and_conserving(pre_norm, shared):
     cfg, params = toy_model(pre_norm, shared)
     batch = toy_batch(np.random.default_rng(32), cfg.vocab_size)
     n_real = batch.tgt_mask.sum(1).astype(float)
-    r = lrp.relevance(params, cfg, batch, linear="alphabeta", eps=0.0)
+    r = lrp.relevance(params, cfg, batch, rules=lrp.Rules(linear="alphabeta", eps=0.0))
     for stage, tot in r.totals.items():
         assert np.allclose(tot, n_real, atol=1e-9), stage
     for k in lrp.KINDS:
@@ -521,7 +521,7 @@ def test_head_relevance_sums_to_sublayer(attention):
     attention sublayer's output (W^O loses nothing without b^O), for all three attention types."""
     cfg, params = toy_model()
     batch = toy_batch(np.random.default_rng(13), cfg.vocab_size)
-    r = lrp.relevance(params, cfg, batch, eps=0.0, attention=attention)
+    r = lrp.relevance(params, cfg, batch, rules=lrp.Rules(eps=0.0, attention=attention))
     for kind in lrp.KINDS:
         assert r.head[kind].shape == (cfg.n_layers(kind), 3, cfg.n_heads)
         assert np.allclose(r.head[kind].sum(-1), r.sublayer[kind], atol=1e-9), kind
@@ -533,9 +533,9 @@ def test_per_position_is_linear_split():
     sum to the all-at-once ones, and each start carries exactly 1 (bias-free, eps = 0)."""
     cfg, params = toy_model(layers=1)
     batch = toy_batch(np.random.default_rng(14), cfg.vocab_size)
-    r = lrp.relevance(params, cfg, batch, eps=0.0, keep_full=True)
+    r = lrp.relevance(params, cfg, batch, keep_full=True, rules=lrp.Rules(eps=0.0))
     for chunk in (None, 2):
-        rp = lrp.relevance(params, cfg, batch, eps=0.0, per_position=True, chunk=chunk, keep_full=True)
+        rp = lrp.relevance(params, cfg, batch, per_position=True, chunk=chunk, keep_full=True, rules=lrp.Rules(eps=0.0))
         assert rp.head["enc"].shape == (1, 3, 5, cfg.n_heads) and rp.src.shape == (3, 5, 6)
         for kind in lrp.KINDS:
             assert np.allclose(rp.head[kind].sum(2), r.head[kind], atol=1e-10)
@@ -574,5 +574,5 @@ def test_float32_model_gives_float32_relevance(linear):
     """No silent upcast: a float32 model's relevances stay float32 (memory and speed of the pass)."""
     cfg = model.Config(vocab_size=23, n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=8, d_ff=12)
     params = model.init_params(cfg, 0)
-    r = lrp.relevance(params, cfg, toy_batch(np.random.default_rng(18), 23), linear=linear, attention="full")
+    r = lrp.relevance(params, cfg, toy_batch(np.random.default_rng(18), 23), rules=lrp.Rules(linear=linear, attention="full"))
     assert r.head["enc"].dtype == r.src.dtype == r.totals["src_emb"].dtype == np.float32

@@ -1,6 +1,5 @@
 """Pruning with hard-concrete gates (minihead/prune.py) on a tiny toy model: the pruning objective's gradient,
 gates closing with lambda, the frozen decoder, determinism, test-time gates, the cache, from-scratch masks."""
-import argparse
 import os
 import random
 from dataclasses import replace
@@ -10,8 +9,10 @@ import numpy as np
 import pytest
 
 from minihead import backend, checkpoint, model
+from minihead import findings
+from minihead import cli, commands, stages
 from minihead import prune as P
-from minihead.cache import CacheError
+from minihead.stages import CacheError
 from minihead.data.vocab import batches
 from minihead.gates import HardConcrete
 from minihead.gradcheck import numerical_grad, rel_error
@@ -52,7 +53,8 @@ def study(tmp_path_factory):
 
 
 def run(study, kinds="enc", lam=0.05, steps=STEPS, **kw):
-    return P.prune(study.params, study.cfg, study.corpus, kinds, lam, steps, max_tokens=600, log_every=20, **kw)
+    settings = P.PruneSettings(**{"max_tokens": 600, "log_every": 20, **kw})
+    return P.prune(study.params, study.cfg, study.corpus, kinds, lam, steps, settings)
 
 
 # ------------------------------------------------------------------ the objective's gradient
@@ -199,8 +201,8 @@ def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_pat
     """A second sweep with the same settings reads every point from its cache file (prune is not called); any
     changed setting is a new key; naming a default explicitly is the same key. Each point records both
     readouts, the settled share and the steps used."""
-    first = P.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
-                    max_tokens=600)
+    first = stages.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
+                  settings=P.PruneSettings.of(max_tokens=600))
     assert [r["cached"] for r in first] == [False, False]
     for r in first:
         assert {"bleu_continuous", "n_retained_continuous", "settled_share", "steps_used", "settled"} <= set(r)
@@ -211,32 +213,34 @@ def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_pat
     def boom(*a, **k):
         raise AssertionError("recomputed although cached")
     monkeypatch.setattr(P, "prune", boom)
-    again = P.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
-                    max_tokens=600)
+    again = stages.sweep(study, [0.01, 0.5], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
+                  settings=P.PruneSettings.of(max_tokens=600))
     assert [r["cached"] for r in again] == [True, True]
     for a, b in zip(first, again):
         assert {k: v for k, v in a.items() if k != "cached"} == {k: v for k, v in b.items() if k != "cached"}
     # any other setting is another key: it must recompute (and here hits the stub)
     with pytest.raises(AssertionError, match="recomputed"):
-        P.sweep(study, [0.01], "enc", steps=21, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600)
+        stages.sweep(study, [0.01], "enc", steps=21, cache_dir=str(tmp_path), n_test=10, progress=False,
+                  settings=P.PruneSettings.of(max_tokens=600))
     with pytest.raises(AssertionError, match="recomputed"):
-        P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600,
-                lr_gates=0.2)
+        stages.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
+                  settings=P.PruneSettings.of(max_tokens=600, lr_gates=0.2))
     # naming a setting at its default value is the same key (the key holds the defaults): a hit
-    hit = P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False, max_tokens=600,
-                  lr_gates=0.1, reduction="sum")
+    hit = stages.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), n_test=10, progress=False,
+                  settings=P.PruneSettings.of(max_tokens=600, lr_gates=0.1, reduction="sum"))
     assert hit[0]["cached"] and hit[0]["bleu"] == first[0]["bleu"]
     with pytest.raises(P.PruneError, match="unknown pruning settings"):
-        P.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), progress=False, lr_gate=0.2)
+        stages.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), progress=False,
+                  settings=P.PruneSettings.of(lr_gate=0.2))
 
 
 def test_unreadable_cache_file_names_the_file(study, tmp_path):
     """A cache file that is not JSON is an error naming the file, not a silent recompute."""
-    key = {**P.study_key(study, 5), "what": "baseline"}
-    path = tmp_path / f"prune-baseline-{P.key_hash(key)}.json"
+    key = {**stages.study_key(study, 5), "what": "baseline"}
+    path = tmp_path / f"prune-baseline-{stages.key_hash(key)}.json"
     path.write_text("{ not json")
     with pytest.raises(CacheError, match="prune-baseline-.*does not parse"):
-        P.baseline(study, n_test=5, cache_dir=str(tmp_path))
+        stages.baseline(study, n_test=5, cache_dir=str(tmp_path))
 
 
 # ------------------------------------------------------------------ from scratch
@@ -246,7 +250,7 @@ def test_from_scratch_training_uses_the_masks(study, tmp_path):
     A second call is a cache hit."""
     retained = {"enc": np.array([[True, False, True, True], [True, True, True, False]]),
                 "dec_enc": np.array([[False, True, True, True]])}
-    r = P.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
+    r = stages.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
     assert not r["cached"] and r["steps"] == 12
     run_dirs = [n for n in os.listdir(tmp_path) if n.startswith("scratch-") and not n.endswith(".json")]
     best = checkpoint.load(str(tmp_path / run_dirs[0] / "best.npz"))
@@ -265,9 +269,9 @@ def test_from_scratch_training_uses_the_masks(study, tmp_path):
     assert moved("dec_enc", "dec0.cross", 0) == [False] * 4
     assert all(moved("enc", "enc0.self", 0)) and all(moved("dec_enc", "dec0.cross", 1))
     assert [h["step"] for h in r["history"]] == [12], "one dev evaluation, at the end (the final model is scored)"
-    assert P.scratch_budget(study, 100) == study.history[-1]["step"] + 100
-    assert P.scratch_budget(study, 100, prune_max_tokens=300) == study.history[-1]["step"] + 50  # study: 600 tokens
-    again = P.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
+    assert stages.scratch_budget(study, 100) == study.history[-1]["step"] + 100
+    assert stages.scratch_budget(study, 100, prune_max_tokens=300) == study.history[-1]["step"] + 50  # study: 600 tokens
+    again = stages.from_scratch(study, retained, steps=12, n_test=5, cache_dir=str(tmp_path))
     assert again["cached"] and again["bleu"] == r["bleu"]
 
 
@@ -282,12 +286,10 @@ def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
                          ("test", list(zip(*study.splits["test"])))):
         (data / f"{split}.src").write_text("".join(" ".join(s) + "\n" for s, _ in pairs))
         (data / f"{split}.tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
-    parser = argparse.ArgumentParser()
-    P.add_prune_command(parser.add_subparsers(dest="command"))
     out = str(tmp_path / "pruned.npz")
-    a = parser.parse_args(["prune", study.path, "--lambda", "0.5", "--steps", "10", "--data", str(data),
-                           "--n-test", "8", "--out", out])
-    r = a.func(a)
+    a = cli.build_parser().parse_args(["prune", study.path, "--lambda", "0.5", "--steps", "10", "--data", str(data),
+                                       "--n-test", "8", "--out", out])
+    r = commands.cmd_prune(a)
     text = capsys.readouterr().out
     assert "enc       per layer" in text and "test BLEU (8 sentences, greedy)" in text
     assert "binary readout" in text and "continuous readout" in text and "gates settled" in text
@@ -313,23 +315,23 @@ def test_type_order_and_encoder_first():
     good = _run({"enc": [[0, 1], [0, 0]], "dec_self": [[1, 1], [1, 0], [0, 0]], "dec_enc": [[0, 1], [1, 1], [1, 1]]},
                 history=[{"step": 5, "open": {"enc": 3, "dec_self": 5, "dec_enc": 6}},
                          {"step": 10, "open": {"enc": 2, "dec_self": 3, "dec_enc": 6}}])
-    assert P.retained_shares(good, cfg) == {"enc": 0.25, "dec_self": 0.5, "dec_enc": 5 / 6}
-    assert P.type_order_holds(good, cfg)
-    assert P.encoder_closes_first(good, cfg) == (True, {"enc": 10, "dec_self": 10, "dec_enc": None})
+    assert findings.retained_shares(good, cfg) == {"enc": 0.25, "dec_self": 0.5, "dec_enc": 5 / 6}
+    assert findings.type_order_holds(good, cfg)
+    assert findings.encoder_closes_first(good, cfg) == (True, {"enc": 10, "dec_self": 10, "dec_enc": None})
     bad = _run({"enc": [[1, 1], [1, 1]], "dec_self": [[1, 1], [1, 0], [0, 0]], "dec_enc": [[1, 1], [1, 1], [1, 1]]},
                history=[{"step": 5, "open": {"enc": 4, "dec_self": 3, "dec_enc": 6}}])
-    assert not P.type_order_holds(bad, cfg)
-    assert P.encoder_closes_first(bad, cfg) == (False, {"enc": None, "dec_self": 5, "dec_enc": None})
+    assert not findings.type_order_holds(bad, cfg)
+    assert findings.encoder_closes_first(bad, cfg) == (False, {"enc": None, "dec_self": 5, "dec_enc": None})
 
 
 def test_survivor_layers_mean_layer_against_the_middle():
     """mean layer = sum_l l * kept_l / sum_l kept_l; dec_self should lie below (L - 1) / 2, dec_enc above; a kind
     that kept all of its heads is not judged."""
     cfg = _cfg()                                             # 3 decoder layers: middle 1
-    assert P.mean_layer([[1, 1], [0, 1], [0, 0]]) == pytest.approx(1 / 3)
-    assert P.mean_layer([[0, 0], [0, 0]]) == 0.0
+    assert findings.mean_layer([[1, 1], [0, 1], [0, 0]]) == pytest.approx(1 / 3)
+    assert findings.mean_layer([[0, 0], [0, 0]]) == 0.0
     run = _run({"enc": [[0, 0], [0, 0]], "dec_self": [[1, 1], [0, 1], [0, 0]], "dec_enc": [[0, 0], [1, 0], [1, 1]]})
-    assert P.survivor_layers(run, cfg) == [("dec_self", pytest.approx(1 / 3), True),
+    assert findings.survivor_layers(run, cfg) == [("dec_self", pytest.approx(1 / 3), True),
                                            ("dec_enc", pytest.approx(5 / 3), True)]
     flipped = _run({"dec_self": [[0, 0], [1, 0], [1, 1]], "dec_enc": [[1, 1], [1, 1], [1, 1]]})
-    assert P.survivor_layers(flipped, cfg) == [("dec_self", pytest.approx(5 / 3), False)]
+    assert findings.survivor_layers(flipped, cfg) == [("dec_self", pytest.approx(5 / 3), False)]

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from minihead import report
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FORMULAS = ROOT / "docs" / "formulas.md"                            # the formula map's home, linked from the README
 FUNCTION = re.compile(r"`(minihead/[\w/]+\.py):([\w.]+)`")          # `minihead/file.py:name` or :Class.method
@@ -116,12 +118,12 @@ def test_every_test_states_what_it_specifies(name):
 # ------------------------------------------------------------------ the README as an entry point
 README_COMMANDS = ("pip install -r requirements.txt && python -m minihead reproduce --quick",
                    "pip install -r requirements.txt && python -m pytest")
-REGENERATE = "python -m minihead.reproduce --readme"
+REGENERATE = "python -m minihead.report --readme"
 
 
 def readme_block(text):
     """What the README holds between its findings markers (markers excluded, outer newlines stripped)."""
-    from minihead.reproduce import README_MARKERS
+    from minihead.report import README_MARKERS
     begin, end = README_MARKERS
     assert text.count(begin) == 1 and text.count(end) == 1, f"README.md needs one {begin} and one {end}"
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
@@ -129,15 +131,16 @@ def readme_block(text):
 
 def shipped_studies():
     """The shipped studies the README's table is rendered from, as documents."""
-    from minihead.reproduce import README_STUDIES, STUDIES
+    from minihead.report import README_STUDIES
+    from minihead.study import STUDIES
     return {name: json.loads((pathlib.Path(STUDIES) / f"{name}.json").read_text()) for name, _ in README_STUDIES}
 
 
 def test_readme_findings_table_is_rendered_from_the_shipped_studies():
-    """The findings table between the README's markers is exactly minihead.reproduce.readme_findings() of the
+    """The findings table between the README's markers is exactly minihead.report.readme_findings() of the
     shipped studies (chapters/studies/full.json and quick.json): no number in it is typed by hand, and a new study
     that is shipped without re-rendering the README fails here."""
-    from minihead.reproduce import readme_findings
+    from minihead.report import readme_findings
     have = readme_block((ROOT / "README.md").read_text())
     want = readme_findings()
     diff = "\n".join(difflib.unified_diff(have.splitlines(), want.splitlines(), "README.md", "rendered", lineterm=""))
@@ -150,7 +153,7 @@ def test_readme_findings_table_has_every_finding_beside_the_papers_number():
     project's numbers and its verdict; a finding that does not hold says why in the last cell (WHY_NOT for one that
     was judged, its own reason for one that is untestable or not measured)."""
     from minihead import findings
-    from minihead.reproduce import README_STUDIES, WHY_NOT, readme_findings
+    from minihead.report import README_STUDIES, WHY_NOT, readme_findings
     studies = shipped_studies()
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in readme_findings(studies).splitlines() if line.startswith("| ") and not line.startswith("| finding |")]
@@ -170,7 +173,7 @@ def test_readme_findings_refuses_a_failure_without_a_reason():
     """A study in which a finding does not hold in every seed, with no sentence for it in WHY_NOT, is refused
     naming the finding and the study, so the README never shows a failure without its reason."""
     from minihead.errors import MiniheadError
-    from minihead.reproduce import readme_findings
+    from minihead.report import readme_findings
     studies = shipped_studies()
     studies["full"]["summary"]["syntactic"].update(held_in=2, status="varies")
     with pytest.raises(MiniheadError, match="syntactic in full"):
@@ -181,7 +184,7 @@ def test_update_readme_rewrites_only_between_the_markers(tmp_path):
     """update_readme replaces what lies between the markers by the rendered table, leaves the rest of the file
     byte for byte, reports whether it changed anything, and refuses a file without the markers."""
     from minihead.errors import MiniheadError
-    from minihead.reproduce import README_MARKERS, readme_findings, update_readme
+    from minihead.report import README_MARKERS, readme_findings, update_readme
     begin, end = README_MARKERS
     path = tmp_path / "README.md"
     path.write_text(f"# title\n\n{begin}\n| stale | table |\n{end}\n\ntail\n")
@@ -207,10 +210,9 @@ def test_readme_keeps_its_two_commands_and_links_every_doc():
 
 
 def test_readme_figure_is_drawn_from_the_shipped_traces(tmp_path):
-    """The README shows docs/figures/emergence.png, which exists, and reproduce.readme_figure draws it from the
+    """The README shows docs/figures/emergence.png, which exists, and report.readme_figure draws it from the
     shipped traces (load_trace refuses a stale one), so the figure is remade by the same command as the table."""
-    from minihead import reproduce
     text = (ROOT / "README.md").read_text()
-    assert f"]({reproduce.README_FIGURE})" in text and (ROOT / reproduce.README_FIGURE).stat().st_size > 0
-    out = reproduce.readme_figure(str(tmp_path / "f.png"))
+    assert f"]({report.README_FIGURE})" in text and (ROOT / report.README_FIGURE).stat().st_size > 0
+    out = report.readme_figure(str(tmp_path / "f.png"))
     assert pathlib.Path(out).stat().st_size > 0

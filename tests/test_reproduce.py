@@ -5,13 +5,14 @@ tiny sweeps, and checks that the report holds every finding row beside the paper
 the stages are cached (a second run recomputes nothing), and that the real-corpus path runs. The
 study over seeds trains its own tiny models (a few steps each) in a temporary runs folder."""
 import json
+import os
 import pathlib
 import statistics
 
 import pytest
 
-from minihead import findings, reproduce, study
-from minihead.cache import CacheError, cached_json, key_hash
+from minihead import checkpoint, findings, reproduce, study
+from minihead.stages import CacheError, cached_json, key_hash
 from minihead.cli import main
 from minihead.errors import MiniheadError
 
@@ -159,7 +160,7 @@ def test_real_corpus_needs_its_three_files():
         main(["reproduce", "--train-src", "x.en"])
 
 
-# ------------------------------------------------------------------ the stage cache (minihead/cache.py)
+# ------------------------------------------------------------------ the stage cache (minihead/stages.py)
 def test_cache_recomputes_on_a_new_key_and_reads_back_the_same_key(tmp_path):
     """cached_json computes on a missing file, reads the result back (``cached`` True, compute not called) for
     the same key, and recomputes (and rewrites) when the key differs; key_hash depends on the key's content, not
@@ -210,43 +211,84 @@ def test_shipped_study_is_refused_when_missing_or_stale(tmp_path, monkeypatch):
     """The chapters judge their claims by chapters/studies/<scale>.json; it is refused, with the command that
     remakes it, when the file is missing, does not parse (a line number in the message), holds no study, or
     when its provenance (scale settings, preset, data hash) is not today's; and read when it matches."""
-    monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
+    monkeypatch.setattr(study, "STUDIES", str(tmp_path))
     with pytest.raises(MiniheadError, match=r"quick.json: no study over seeds for .quick.; remake it with .python -m minihead reproduce --quick --seeds 1,2,3"):
-        reproduce.load_shipped_study("quick")
-    doc = {"summary": {}, "provenance": reproduce.study_provenance(reproduce.SCALES["quick"])}
+        study.load_shipped_study("quick")
+    doc = {"summary": {}, "provenance": study.study_provenance(study.SCALES["quick"])}
     (tmp_path / "quick.json").write_text(json.dumps(doc))
-    assert reproduce.load_shipped_study("quick")["summary"] == {}
+    assert study.load_shipped_study("quick")["summary"] == {}
     doc["provenance"]["data"] = "00000000"
     (tmp_path / "quick.json").write_text(json.dumps(doc))
     with pytest.raises(MiniheadError, match="stale, its data differs"):
-        reproduce.load_shipped_study("quick")
+        study.load_shipped_study("quick")
     (tmp_path / "quick.json").write_text('{"summary": {')                 # cut off mid-write
     with pytest.raises(MiniheadError, match=r"quick.json: does not parse as a study \(.*line 1.*remake it with"):
-        reproduce.load_shipped_study("quick")
+        study.load_shipped_study("quick")
     (tmp_path / "quick.json").write_text("[1, 2]")
     with pytest.raises(MiniheadError, match="quick.json: holds no study"):
-        reproduce.load_shipped_study("quick")
+        study.load_shipped_study("quick")
 
 
 def test_judge_against_study_asserts_claims_or_prints_without_a_study(tmp_path, monkeypatch):
     """The chapters' closing check: with a shipped study a finding held in every seed is asserted for the model;
     without one, strict (quick mode) re-raises the one-line error, otherwise no claim is asserted and the model's
     verdicts are printed."""
-    monkeypatch.setattr(reproduce, "STUDIES", str(tmp_path))
+    monkeypatch.setattr(study, "STUDIES", str(tmp_path))
     mine = {"positional": findings.Positional(status="does not hold", share=0.5, share_all=0.4, offset=1,
                                               head=(0, 0), confidence=0.5, heads=[])}
     with pytest.raises(MiniheadError, match="no study over seeds"):
-        reproduce.judge_against_study("quick", mine)
+        study.judge_against_study("quick", mine)
     lines = []
-    assert reproduce.judge_against_study("quick", mine, strict=False, log=lines.append) is None
+    assert study.judge_against_study("quick", mine, strict=False, log=lines.append) is None
     assert "no claim is asserted" in lines[0] and "does not hold (0 head(s); best L0H0 on +1: 0.50" in lines[1]
     held = findings.Positional(status="holds", share=0.95, share_all=0.9, offset=1, head=(0, 0), confidence=0.9,
                                heads=[(0, 0, 1)])
     summary = findings.summarize([{"positional": held}, {"positional": held}])
     doc = {"study": "quick", "seeds": [1, 2], "blas_threads": 1, "summary": summary,
-           "provenance": reproduce.study_provenance(reproduce.SCALES["quick"])}
+           "provenance": study.study_provenance(study.SCALES["quick"])}
     (tmp_path / "quick.json").write_text(json.dumps(doc))
     with pytest.raises(AssertionError, match="holds in every seed of the study"):
-        reproduce.judge_against_study("quick", mine, log=lines.append)
-    assert reproduce.judge_against_study("quick", {"positional": held}, log=lines.append) == {"positional": "holds"}
+        study.judge_against_study("quick", mine, log=lines.append)
+    assert study.judge_against_study("quick", {"positional": held}, log=lines.append) == {"positional": "holds"}
     assert lines[-1].splitlines()[1] == "| finding | paper | this project | criterion | verdict |"
+
+
+def _split_study(doc, groups, root):
+    """Write ``doc``'s seeds as separate study.json folders, one per group of seeds (as `reproduce --seeds K` on
+    separate machines would); returns the folders."""
+    folders = []
+    for i, seeds in enumerate(groups):
+        part = {**doc, "seeds": list(seeds), "per_seed": [p for p in doc["per_seed"] if p["seed"] in seeds],
+                "summary": findings.summarize([p["findings"] for p in doc["per_seed"] if p["seed"] in seeds])}
+        folder = root / f"part-{i}"
+        folder.mkdir()
+        (folder / "study.json").write_text(json.dumps(part))
+        folders.append(str(folder))
+    return folders
+
+
+def test_studies_of_single_seeds_merge_into_the_study_over_all_of_them(tmp_path):
+    """study.merge_seeds: the shipped quick study cut into seeds made apart (seed 1; seeds 2 and 3) merges back
+    into the same seeds and the same summary over seeds; studies that differ in provenance, or share a seed, are
+    refused naming the difference. `reproduce --merge SOURCE SOURCE --out OUT` (a report folder or its study.json)
+    writes the merged README.md and study.json."""
+    doc = json.loads((pathlib.Path(study.STUDIES) / "quick.json").read_text())
+    folders = _split_study(doc, [[1], [2, 3]], tmp_path)
+    parts = [study.read_study(os.path.join(f, "study.json")) for f in folders]
+    merged = study.merge_seeds(parts[::-1])
+    whole = findings.summarize([p["findings"] for p in doc["per_seed"]])     # the study over all three seeds
+    assert merged["seeds"] == [1, 2, 3] and merged["summary"] == whole
+    assert {k: v["status"] for k, v in whole.items()} == {k: v["status"] for k, v in doc["summary"].items()}
+    other = {**parts[1], "provenance": {**parts[1]["provenance"], "data": "00000000"}}
+    with pytest.raises(MiniheadError, match="differ in provenance"):
+        study.merge_seeds([parts[0], other])
+    with pytest.raises(MiniheadError, match=r"seed\(s\) \[1\] appear twice"):
+        study.merge_seeds([parts[0], parts[0]])
+    out = tmp_path / "merged"          # a report folder and a study.json file, in any order
+    main(["reproduce", "--merge", os.path.join(folders[1], "study.json"), folders[0], "--out", str(out),
+          "--no-progress"])
+    written = json.loads((out / "study.json").read_text())
+    assert written["seeds"] == [1, 2, 3] and written["summary"] == checkpoint.plain(whole)
+    assert "over 3 seeds" in (out / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--merge", str(tmp_path / "nothing"), "--out", str(tmp_path / "m2")])

@@ -2,6 +2,7 @@
 import os
 import pathlib
 import random
+import signal
 import zipfile
 
 import numpy as np
@@ -144,6 +145,26 @@ def test_atomic_save_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
         checkpoint.save(path, model.init_params(cfg, 1), cfg, c.vocab, meta={"v": 2})
     assert os.listdir(tmp_path) == ["last.npz"]
     assert zipfile.is_zipfile(path) and checkpoint.load(path).meta == {"v": 1}
+
+
+def test_ctrl_c_during_a_save_arrives_once_the_file_is_whole(tmp_path, monkeypatch):
+    """checkpoint._signals_held: a Ctrl-C (SIGINT) delivered while a checkpoint is written is held until the file
+    is complete, then raised as KeyboardInterrupt; the checkpoint loads, and SIGINT's handler is the one it had.
+    (The delivery is made by calling the installed handler, as Python would on the signal.)"""
+    c = toy_corpus(200)
+    cfg, _ = tiny(c)
+    path = str(tmp_path / "last.npz")
+    real = checkpoint.backend.save_npz
+    before = signal.getsignal(signal.SIGINT)
+
+    def interrupted(fileobj, arrays):
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)     # Ctrl-C arrives mid-write
+        real(fileobj, arrays)
+    monkeypatch.setattr(checkpoint.backend, "save_npz", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(path, model.init_params(cfg, 1), cfg, c.vocab, meta={"v": 2})
+    assert checkpoint.load(path).meta == {"v": 2} and os.listdir(tmp_path) == ["last.npz"]
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_training_learns_and_beam_agrees_with_greedy(tmp_path):

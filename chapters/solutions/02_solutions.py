@@ -59,7 +59,7 @@ def exercise_2():
     the official variant's shares do too; the signed z-rule shares also sum to 1 per layer, but here some fall
     outside [0, 1]. Confidence lies between 0 and 1."""
     cfg, theta, batch = tiny()
-    for name, opts in (("z-rule, magnitude", {"normalise": "abs"}), ("official", {"linear": "official"}),
+    for name, opts in (("z-rule, magnitude", {"normalise": "abs"}), ("official", {"rules": lrp.Rules(linear="official")}),
                        ("z-rule, signed", {})):
         rel = importance.head_relevance(theta, cfg, [batch], **opts)
         for k in importance.KINDS:

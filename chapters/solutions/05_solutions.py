@@ -13,6 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))   # the repository root
 
 from minihead import backend, model
+from minihead import findings
+from minihead import commands
 from minihead import prune as P
 from minihead.backend import xp
 from minihead.data.vocab import make_batch
@@ -79,9 +81,10 @@ def exercise_3():
     params = model.init_params(cfg, seed=0)
     kept = {}
     for lam in (0.0, 0.05, 1.0):
-        r = P.prune(params, cfg, corpus, lam=lam, steps=60, lr_params=0.0, settle=None, log_every=20)
+        r = P.prune(params, cfg, corpus, lam=lam, steps=60,
+                    settings=P.PruneSettings(lr_params=0.0, settle=None, log_every=20))
         kept[lam] = int(r.retained["enc"].sum())
-        print(f"lambda {lam:4.2f}: {P.format_retained(r.retained)}; open along the run "
+        print(f"lambda {lam:4.2f}: {commands.format_retained(r.retained)}; open along the run "
               f"{[h['open']['enc'] for h in r.history]}")
     n = cfg.n_enc_layers * cfg.n_heads
     assert kept[0.0] == n and kept[1.0] == 0, kept
@@ -97,7 +100,7 @@ def exercise_4():
     roles[0, 1], roles[1, 0], roles[2, 1] = {"positional"}, {"syntactic"}, {"syntactic", "rare"}
     keep_roles = xp.asarray([[False, True], [True, False], [False, True]])
     keep_others = ~keep_roles
-    good, bad = P.specialised_share(keep_roles, roles), P.specialised_share(keep_others, roles)
+    good, bad = findings.specialised_share(keep_roles, roles), findings.specialised_share(keep_others, roles)
     print(f"keeping the role heads: {good}; keeping the others: {bad}")
     assert good == (1.0, 0.5) and bad == (0.0, 0.5)
     assert good[0] > good[1] and not bad[0] > bad[1]

@@ -37,12 +37,12 @@ def exercise_1():
     enc_first = log([(6, 4, 4), (3, 4, 4), (2, 2, 4), (1, 2, 3)])
     dec_first = log([(6, 4, 4), (5, 2, 4), (3, 2, 4), (2, 1, 3)])
     run_a, run_b = {"history": enc_first}, {"history": dec_first}
-    holds_a, steps_a = P.encoder_closes_first(run_a, CFG)
-    holds_b, steps_b = P.encoder_closes_first(run_b, CFG)
+    holds_a, steps_a = findings.encoder_closes_first(run_a, CFG)
+    holds_b, steps_b = findings.encoder_closes_first(run_b, CFG)
     print(f"encoder first: {holds_a} {steps_a}\ndecoder self-attention first: {holds_b} {steps_b}")
     assert holds_a and steps_a == {"enc": 50, "dec_self": 75, "dec_enc": None}
     assert not holds_b and steps_b == {"enc": 75, "dec_self": 50, "dec_enc": None}
-    assert P.half_closed_step(enc_first, "dec_enc", 4) is None
+    assert findings.half_closed_step(enc_first, "dec_enc", 4) is None
 
 
 def exercise_2():
@@ -54,12 +54,12 @@ def exercise_2():
                               "dec_enc": [[1, 0], [1, 1]]})
     mirror = made_up_run({"enc": [[1, 1], [1, 1], [1, 1]], "dec_self": [[0, 0], [1, 1]],
                           "dec_enc": [[1, 1], [0, 1]]})
-    a, b = P.survivor_layers(paper_like, CFG), P.survivor_layers(mirror, CFG)
-    print(f"paper-like: {a}, shares {P.retained_shares(paper_like, CFG)}\nmirror: {b}")
+    a, b = findings.survivor_layers(paper_like, CFG), findings.survivor_layers(mirror, CFG)
+    print(f"paper-like: {a}, shares {findings.retained_shares(paper_like, CFG)}\nmirror: {b}")
     assert a == [("dec_self", 0.0, True), ("dec_enc", 2 / 3, True)]
     assert [holds for _, _, holds in b] == [False, False]
-    assert P.type_order_holds(paper_like, CFG) and not P.type_order_holds(mirror, CFG)
-    assert P.mean_layer(xp.zeros((2, 2))) == 0.0                      # no survivors: layer 0 by convention
+    assert findings.type_order_holds(paper_like, CFG) and not findings.type_order_holds(mirror, CFG)
+    assert findings.mean_layer(xp.zeros((2, 2))) == 0.0                      # no survivors: layer 0 by convention
 
 
 def exercise_3():
@@ -90,10 +90,10 @@ def exercise_4():
     _, _, corpus, cfg, _ = prepare("quick", str(ROOT / "data_small"), **TINY)
     params = model.init_params(cfg, seed=0)
     for lam, want_all in ((0.0, True), (1.0, False)):
-        r = P.prune(params, cfg, corpus, kinds=GATE_KINDS, lam=lam, steps=40, lr_params=0.0, settle=None,
-                    log_every=20)
+        r = P.prune(params, cfg, corpus, kinds=GATE_KINDS, lam=lam, steps=40,
+                    settings=P.PruneSettings(lr_params=0.0, settle=None, log_every=20))
         run = {"retained": r.retained, "n_retained": {k: int(m.sum()) for k, m in r.retained.items()}}
-        shares = P.retained_shares(run, cfg)
+        shares = findings.retained_shares(run, cfg)
         print(f"lambda {lam}: shares kept {shares}; log {[h['open'] for h in r.history]}")
         assert set(r.history[-1]["open"]) == set(GATE_KINDS)
         assert all(s == (1.0 if want_all else 0.0) for s in shares.values()), shares

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import DataError
+from .corpus import read_lines
 
 EOW = "</w>"
 CONT = "@@"
@@ -170,7 +171,6 @@ class BPE:
     def load(cls, path):
         """Read a file written by :meth:`save` (or by subword-nmt's learn_bpe); a missing, unreadable or
         non-UTF-8 file or a malformed line raises DataError naming the file (and line)."""
-        from .corpus import read_lines
         merges = []
         for lineno, line in enumerate(read_lines(path), start=1):
             if lineno == 1 and line.startswith("#version"):

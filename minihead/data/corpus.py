@@ -1,7 +1,8 @@
 """Parallel text loading with file-and-line error messages, and the shipped data_small set."""
+import os
 import pathlib
 
-from ..errors import DataError
+from ..errors import DataError, UsageError
 from .conllu_io import check_tokens_match, read_conllu
 
 SPLITS = ("train", "dev", "test")
@@ -90,3 +91,13 @@ def load_data_small(root="data_small"):
         trees[name] = read_conllu(root / f"{name}.conllu")
         check_tokens_match(trees[name], splits[name][0], root / f"{name}.conllu", root / f"{name}.src")
     return splits, trees
+
+
+def read_split(data, split):
+    """The sentence pairs of ``<data>/<split>.src`` / ``.tgt`` (:func:`read_parallel`: a malformed line is an error
+    naming file and line); an empty split is a UsageError naming the source file."""
+    src, tgt = os.path.join(str(data), f"{split}.src"), os.path.join(str(data), f"{split}.tgt")
+    pairs = read_parallel(src, tgt)
+    if not pairs:
+        raise UsageError(f"{src}: no sentence pairs ({split} split is empty)")
+    return pairs
