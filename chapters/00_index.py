@@ -8,21 +8,25 @@
 # numbers, one that held in none is stated as not reproduced. Every chapter is executed by the test suite in quick
 # mode.
 #
-# | chapter | what it shows | quick mode | full mode (the default model: 6+2 layers x 2 heads of 64) |
-# |---|---|---|---|
-# | [01 A Transformer from scratch](01_transformer_from_scratch.ipynb) | layers with hand-written backprop, a live gradient check, training, translations, encoder attention maps | ~3 min (trains the quick model once) | ~10 min on one core the first time (trains the default model), then ~1.5 min |
-# | [02 Head importance with LRP](02_head_importance_lrp.ipynb) | LRP rules checked live (slow twins, conservation), head relevance (Figure 1), confidence, Michel importance, single-head ablation, rank agreement | ~1 min | ~2 min (seconds of it cached by `reproduce`) |
-# | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance; the heads emerging along training, against the control | < 1 min | the default model, where the heads form: ~3 min once it is trained |
-# | [04 Hard-concrete gates](04_hard_concrete_gates.ipynb) | the gate distribution, the L0 penalty, its gradient checks, useless toy heads closing | seconds | < 1 min |
-# | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8) | ~2-3 min | ~17 min cold on one core (eight pruning runs), seconds when cached |
-# | [06 Pruning all attention types](06_pruning_all_attention.ipynb) | which attention type goes first, where heads survive, pruned versus trained from scratch (Table 2) | ~4 min | ~45 min cold on one core (two pruning runs, two from-scratch trainings), seconds when cached |
-# | [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees | ~3 min (skips without the data) | ~11 min cold (trains the default model on 29k pairs) |
+# | chapter | what it shows |
+# |---|---|
+# | [01 A Transformer from scratch](01_transformer_from_scratch.ipynb) | layers with hand-written backprop, a live gradient check, training, translations, encoder attention maps |
+# | [02 Head importance with LRP](02_head_importance_lrp.ipynb) | LRP rules checked live (slow twins, conservation), head relevance (Figure 1), confidence, Michel importance, single-head ablation, rank agreement |
+# | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance; the heads emerging along training, against the control |
+# | [04 Hard-concrete gates](04_hard_concrete_gates.ipynb) | the gate distribution, the L0 penalty, its gradient checks, useless toy heads closing |
+# | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8) |
+# | [06 Pruning all attention types](06_pruning_all_attention.ipynb) | which attention type goes first, where heads survive, pruned versus trained from scratch (Table 2) |
+# | [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees |
+#
+# The cell below prints how long each chapter took when it was last executed, read from the notebook itself
+# (`chapters/execute.py` records it); a first run in full mode trains the default model and runs the sweeps first
+# (cold times: `docs/studies.md`).
 #
 # Quick mode is switched on with the environment variable `MINIHEAD_QUICK=1` (the tests set it); without it the
 # chapters use the default model (the `emerge` recipe, in which the paper's head functions form; chapter 7 trains the
 # same recipe on Multi30k). Every trained model and every sweep is cached in `runs/`, so a chapter re-runs in
-# seconds once its stages exist, and `python -m minihead reproduce` reuses the same caches (its cold full run, which
-# fills every cache the chapters' full mode reads, took about 70 min a seed on one core).
+# seconds once its stages exist, and `python -m minihead reproduce` reuses the same caches (its cold full run fills
+# every cache the chapters' full mode reads).
 #
 # **CuPy.** Start Jupyter with `MINIHEAD_BACKEND=cupy` (and `pip install cupy-cuda12x` on a machine with an NVIDIA
 # GPU) and the same chapters run on the GPU: every array goes through `minihead.backend.xp`. Without a GPU that
@@ -46,6 +50,13 @@ chapters = sorted(p.name for p in pathlib.Path(".").glob("[0-9][0-9]_*.ipynb"))
 print("backend:", backend.name, "| quick mode:", QUICK)
 print("\n".join(chapters))
 assert chapters[0] == "00_index.ipynb" and len(chapters) >= 7, chapters
+
+# %%
+import json
+print("| chapter | last executed | mode | seconds |\n|---|---|---|---|")
+for name in chapters:
+    run = json.load(open(name, encoding="utf-8"))["metadata"].get("minihead", {})
+    print(f"| {name} | {run.get('executed', '-')} | {run.get('mode', '-')} | {run.get('seconds', '-')} |")
 
 # %% [markdown]
 # ## Exercises

@@ -9,6 +9,7 @@ The chapters end with cells that assert the paper's findings as reproduced, so a
 error (MINIHEAD_QUICK=1) is a chapter whose findings held (or whose text says which did not)."""
 import os
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -36,6 +37,62 @@ def cell_mismatch(source, notebook):
         return (f"{notebook.name} has {len(got)} cells, {source.name} has {len(want)}; "
                 f"run `jupytext --sync chapters/{source.name}`")
     return None
+
+
+# ------------------------------------------------------------------ no measurement typed into prose
+# A chapter's words must never contradict the output beside them, so a measurement (what a run or a study gives: a
+# BLEU score, a correlation, a p-value, a share over chance, a run time) is printed by a code cell from the loaded
+# study or the run, never typed into a markdown cell. The rule, per sentence of a markdown cell (table rows and list
+# items are sentences of their own; LaTeX between $...$ is a formula, not a measurement):
+#   - a number (or a range of numbers) with the unit of a measurement: BLEU, min / minutes / hours / seconds;
+#   - BLEU, rho or p followed by a decimal number ("BLEU 43.5", "rho = 0.80", "p = 0.03");
+#   - a number followed by "x chance".
+# A sentence that labels its numbers as the paper's (it names the paper, Voita et al., WMT or OpenSubtitles) is
+# allowed: those numbers are transcribed from the paper once and do not change with a study.
+MEASURED_UNITS = r"(?:BLEU|min|mins|minutes|hours?|seconds)\b"
+_NUM = r"\d+(?:[.,]\d+)*"
+MEASUREMENT = re.compile(rf"(?<![\w.]){_NUM}(?:\s*(?:-|to)\s*{_NUM})?\s*{MEASURED_UNITS}"
+                         rf"|\b(?:BLEU|rho|p)\s*(?:=|<|>|of|is)?\s*-?\d+\.\d+"
+                         rf"|(?<![\w.]){_NUM}(?:\.\d+)?\s*x chance")
+PAPERS_OWN = re.compile(r"\bpaper\b|Voita|WMT|OpenSubtitles", re.I)
+
+
+def typed_measurements(markdown):
+    """The measurements typed into one markdown cell (see the rule above): [(the match, its sentence)]."""
+    text = re.sub(r"\$[^$]*\$", " ", markdown)                          # formulas
+    text = re.sub(r"\n(?![ \t]*(?:[|#>]|[-*] |\d+\. ))", " ", text)       # join the lines of a paragraph
+    out = []
+    for sentence in re.split(r"(?<=[.!?;])\s+|\n", text):
+        if not PAPERS_OWN.search(sentence):
+            out += [(m.group(0), sentence.strip()) for m in MEASUREMENT.finditer(sentence)]
+    return out
+
+
+def test_the_typed_measurement_rule_on_worked_examples():
+    """typed_measurements flags a measured number in prose and passes the same number labelled as the paper's,
+    a setting, a section number or a formula."""
+    assert [m for m, _ in typed_measurements("The model reaches test BLEU 43.5 after training.")] == ["BLEU 43.5"]
+    assert [m for m, _ in typed_measurements("A cold run takes about 17 min on one core.")] == ["17 min"]
+    assert [m for m, _ in typed_measurements("Relevance and ablation agree (rho = 0.80).")] == ["rho = 0.80"]
+    assert [m for m, _ in typed_measurements("| 05 | the sweep | ~2-3 min |")] == ["2-3 min"]
+    assert [m for m, _ in typed_measurements("The head points there 2.4 x chance.")] == ["2.4 x chance"]
+    assert typed_measurements("The paper keeps 10 of 48 heads for -0.15 BLEU on WMT.") == []
+    assert typed_measurements("Gates train at lr 0.2 for at most 600 steps; see section 2.4.") == []
+    assert typed_measurements("The criterion is $p < 0.05$ pooled over seeds.") == []
+    # a sentence wrapped over two lines is one sentence: the paper's label on the first line covers the second
+    assert typed_measurements("The paper's Table 2 gap (0.01\nto 0.51 BLEU) is small.") == []
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_chapter_prose_types_no_measurement(source):
+    """No markdown cell of a chapter states a measurement by hand (the rule above): every number a reader is
+    shown about a run or a study is printed by a code cell from it, so a new study never leaves a chapter
+    contradicting itself."""
+    jupytext = pytest.importorskip("jupytext")
+    cells = jupytext.read(source, fmt="py:percent").cells
+    found = [f"cell {i}: {m!r} in {s[:100]!r}" for i, c in enumerate(cells) if c.cell_type == "markdown"
+             for m, s in typed_measurements(c.source)]
+    assert not found, f"{source.name} types measurements into its prose:\n" + "\n".join(found)
 
 
 def test_every_chapter_is_a_pair():
