@@ -161,7 +161,8 @@ print("syntactic heads:", {k: v for k, v in roles.syntactic_heads(acc, baseline)
 rare = roles.rare_token_shares(toy_maps, toy_trees, toy_freq, top_n=3)
 print(f"sentences used {rare.n_sentences}; rarest share per head {xp.round(rare.rarest[0], 2)}; "
       f"two rarest {xp.round(rare.two_rarest[0], 2)}; chance {rare.chance_rarest:.2f} / {rare.chance_two:.2f}")
-print("roles:", roles.classify_heads(shares_possible, acc, baseline, rare))
+for (l, h), rs in sorted(roles.classify_heads(shares_possible, acc, baseline, rare).items()):
+    print(f"layer {l}, head {h}: {', '.join(sorted(rs)) or 'no role'}")
 
 # %% [markdown]
 # `classify_heads` joins the three tests (on the shares over the queries where the offset exists, as for the

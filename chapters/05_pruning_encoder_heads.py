@@ -201,7 +201,8 @@ for r in sorted(runs, key=lambda r: -r["n_retained"]["enc"]):
     lost = [f for f in before if f not in r["functions_after"]]
     print(f"lambda {r['lam']:g}: {r['n_retained']['enc']} heads kept -> {', '.join(r['functions_after']) or 'none'}"
           + (f" (lost: {', '.join(lost)})" if lost else ""))
-print("paper, at 48 heads:", paper.SURVIVOR_ROLES_AT_48, "-> all three functions remain at 17 heads")
+print("paper, of 48 encoder heads: " + ", ".join(f"{n} {role}" for role, n in paper.SURVIVOR_ROLES_AT_48.items())
+      + "; all three functions remain at 17 heads")
 
 # %% [markdown]
 # ## 5. The paper's claims, judged over seeds

@@ -57,7 +57,7 @@ NAMES = {"enc": "encoder self", "dec_self": "decoder self", "dec_enc": "decoder-
 study = load_study(STUDY, progress=False)
 cfg = study.cfg
 total = {k: cfg.n_layers(k) * cfg.n_heads for k in GATE_KINDS}
-print(f"study model {study.name!r}: heads per attention type {total}")
+print(f"study model {study.name!r}: heads per attention type: " + ", ".join(f"{NAMES[k]} {n}" for k, n in total.items()))
 
 # %% [markdown]
 # ## 1. The sweep over all attention types

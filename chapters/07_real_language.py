@@ -121,10 +121,10 @@ if HAVE_DATA:
 # study over seeds yet (training one model per seed at a scale where heads could form costs hours on 2 cores), so,
 # by the rule of the other chapters, **no finding is asserted here**: each is printed for this one model, which is an
 # anecdote, not a claim. The full-mode model is the `emerge` recipe that grows positional and syntactic heads on
-# data_small in every seed; on Multi30k it did not (the shipped outputs: no positional head, every relation below
-# its fixed-offset baseline on EWT, a head on the rarest word above chance but under 3x). English captions into
-# German give the encoder little that the decoder cannot fetch itself, which is the reading the control language
-# of data_small supports; the paper's heads were found on WMT and OpenSubtitles EN-RU, with millions of pairs.
+# data_small in every seed; whether it does on Multi30k is what the cell below prints. If it does not, one reading
+# is that English captions into German give the encoder little that the decoder cannot fetch itself (the reading
+# the control language of data_small supports); the paper's heads were found on WMT and OpenSubtitles EN-RU, with
+# millions of pairs.
 # Only that training improved dev BLEU is asserted.
 
 # %%

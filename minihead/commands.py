@@ -13,6 +13,7 @@ import matplotlib
 from . import backend, checkpoint, importance, paper, report, reproduce, study
 from .analysis import (AnalysisError, format_positional, format_rare, format_table, head_roles, save_figures,
                        unknown_words)
+from .checkpoint import MODEL_FILES
 from .data.bpe import BPE
 from .data.conllu_io import read_conllu
 from .data.corpus import REPO_ROOT, read_lines, read_parallel, read_sentences, read_split
@@ -20,7 +21,6 @@ from .data.vocab import batches, frequencies
 from .emergence import run_seed, trace_seed
 from .evaluate import score
 from .prune import PruneSettings, check_kinds, gated_bleu, prune
-from .checkpoint import MODEL_FILES
 from .train import Corpus, preset, train
 from .translate import translate
 

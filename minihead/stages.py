@@ -263,9 +263,10 @@ def sweep(study, lambdas, kinds=("enc",), steps=300, settings=None, cache_dir=No
     for lam in lambdas:
         r = prune_study(study, kinds, lam, steps, settings, n_test=n_test, cache_dir=cache_dir, after=after)
         if progress:
-            print(f"lambda {lam:g}: retained {r['n_retained']} (continuous {r['n_retained_continuous']}), test BLEU "
-                  f"{r['bleu']:.2f} (continuous {r['bleu_continuous']:.2f}), settled {r['settled_share']:.2f} after "
-                  f"{r['steps_used']} steps" + (" (cached)" if r["cached"] else ""))
+            kept = ", ".join(f"{k} {r['n_retained'][k]} ({r['n_retained_continuous'][k]})" for k in r["n_retained"])
+            print(f"lambda {lam:g}: heads kept {kept}, test BLEU {r['bleu']:.2f} ({r['bleu_continuous']:.2f}); "
+                  f"{r['settled_share']:.0%} of gates settled after {r['steps_used']} steps"
+                  + (" (cached)" if r["cached"] else "") + "   [binary readout (continuous)]")
         out.append(r)
     return out
 
