@@ -1,0 +1,266 @@
+"""Need marks and need accuracy (minihead/needs.py): the marks of hand-read generated sentences, the marks of the
+shipped data_small references (rebuilt exactly from the control's tokens), the scoring, and the teacher-forced
+predictions of a tiny untrained model."""
+import pathlib
+from types import SimpleNamespace
+
+import pytest
+
+from minihead import model, needs
+from minihead.data import read_conllu, synth
+from minihead.data.corpus import read_lines
+from minihead.data.vocab import Vocab, batches
+from minihead.errors import DataError
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data_small"
+SEED = 1234          # data_small's (and data_small/control's, see their README.md) lexicon seed
+
+
+def counts(marks):
+    """{need: number of tokens carrying it} over a list of sentences' marks."""
+    return {n: sum(n in m for ms in marks for m in ms) for n in needs.NEEDS}
+
+
+def dress(tok, mark, particle):
+    """The needs-language token rebuilt from its control twin and its marks: the control's one name particle
+    becomes the marked case particle; any other token takes its fused marker (case, adverb or gender suffix),
+    then its sandhi ending."""
+    if tok == particle:
+        (marker,) = mark.values()
+        return marker
+    fused = "".join(mark.get(n, "") for n in ("nsubj", "obj", "advmod", "amod"))
+    return tok + fused + (f"-{mark['sandhi']}" if "sandhi" in mark else "")
+
+
+# --------------------------------------------------------------------------- hand-read sentences
+@pytest.fixture(scope="module")
+def gen7():
+    lex = synth.Lexicon(7)
+    return lex, synth.generate(20, 7, lex), synth.generate(20, 7, lex, needs=False)
+
+
+# Lexicon(7): subject cases ma, kha, zhi and object cases tsi, tsa, gu for verb classes 0, 1, 2.
+# Sandhi by the next source word's initial: a-h -> k, i-q -> m, r-z -> t, "." -> k.
+HAND = {
+    # adverb, adjective, subject case fused on a noun. "a"=vo-k (next "dag": k); "dag"=nek + ma (beends: class 0)
+    # -k (next "beends"); the PP "the seg flacheam near" = rai-t goko-k yaikysh-k zhai, "seg" taking -o for
+    # flacheam's gender 1; "peslamply"=raik + e (beends: class 0) -m (next "near"); "beends"=tsugika-m.
+    12: ("a dag beends peslamply near the seg flacheam .",
+         "vo-k nekma-k rai-t goko-k yaikysh-k zhai raike-m tsugika-m .",
+         [{"sandhi": "k"}, {"sandhi": "k", "nsubj": "ma"}, {"sandhi": "t"}, {"sandhi": "k", "amod": "o"},
+          {"sandhi": "k"}, {}, {"sandhi": "m", "advmod": "e"}, {"sandhi": "m"}, {}]),
+    # a name keeps its form and is followed by the case particle of its verb (teajonged: class 2, zhi); two
+    # adjectives agree with a plural noun of gender 2 (-i); the object noun takes gu (class 2) before -t.
+    6: ("jeoratus teajonged every cub flacheam that flooviged near some let seg ploums .",
+        "jeoratus zhi tsu-m khaki-t goki-m zidazen-k zhai bi-k qoalo-k yaikyshgu-t noa lezu-m moshu-k .",
+        [{}, {"nsubj": "zhi"}, {"sandhi": "m"}, {"sandhi": "t", "amod": "i"}, {"sandhi": "m", "amod": "i"},
+         {"sandhi": "k"}, {}, {"sandhi": "k"}, {"sandhi": "k", "amod": "o"}, {"sandhi": "t", "obj": "gu"}, {},
+         {"sandhi": "m"}, {"sandhi": "k"}, {}]),
+    # a rare noun ("flusni") takes its object case (tsi) but no sandhi ending
+    18: ("the fea rabs the flusni .",
+         "rai-k tsanenma-t rai-k koayaiziktsi loqexa-t .",
+         [{"sandhi": "k"}, {"sandhi": "t", "nsubj": "ma"}, {"sandhi": "k"}, {"obj": "tsi"}, {"sandhi": "t"}, {}]),
+}
+
+
+@pytest.mark.parametrize("k", sorted(HAND))
+def test_need_marks_of_hand_read_sentences(gen7, k):
+    """Pair k of synth.generate(20, seed=7) is the source / target written above, and need_marks gives exactly the
+    marks read off it by hand (adverb + adjective + fused subject case; name + particle; rare noun object)."""
+    lex, pairs, _ = gen7
+    src, tgt, marks = HAND[k]
+    assert pairs[k].src == src.split() and pairs[k].tgt == tgt.split()
+    assert needs.need_marks(pairs[k].tree, lex) == marks
+    assert all(needs.marker_ok(t, n, x) for t, m in zip(tgt.split(), marks) for n, x in m.items())
+
+
+def test_need_marks_rebuild_generated_targets_from_the_control(gen7):
+    """For each of the 20 generated pairs, dressing the control translation's tokens with the marks gives the
+    needs-language translation token for token (so no mark is missing, extra or wrong), and all five needs and
+    a name's case particle occur among them."""
+    lex, pairs, control = gen7
+    all_marks = []
+    for p, c in zip(pairs, control):
+        marks = needs.need_marks(p.tree, lex)
+        assert [dress(t, m, lex.subj_case_tgt[0]) for t, m in zip(c.tgt, marks)] == p.tgt
+        all_marks.append(marks)
+    assert all(counts(all_marks).values())
+    assert any(m and "sandhi" not in m and t == next(iter(m.values()))
+               for p, ms in zip(pairs, all_marks) for t, m in zip(p.tgt, ms))
+
+
+def test_marker_ok_and_stem_follow_the_rules():
+    """marker_ok: sandhi is the ending "-x"; fused case, adverb and gender suffixes come before it (or end a token
+    without one: a rare noun); a particle is the marker itself. stem strips exactly those markers."""
+    ok, cases = needs.marker_ok, ("ma", "kha", "zhi", "tsi", "tsa", "gu")
+    assert ok("goko-k", "sandhi", "k") and not ok("goko-m", "sandhi", "k") and not ok("goko", "sandhi", "k")
+    assert ok("goko-k", "amod", "o") and not ok("goka-k", "amod", "o")
+    assert ok("raike-m", "advmod", "e") and not ok("raikoa-m", "advmod", "e")
+    assert ok("nekma-k", "nsubj", "ma") and not ok("nekkha-k", "nsubj", "ma") and not ok("nek-k", "nsubj", "ma")
+    assert ok("koayaiziktsi", "obj", "tsi") and ok("zhi", "nsubj", "zhi") and not ok("ma", "nsubj", "zhi")
+    assert {needs.stem(t, cases) for t in ("nekma-k", "nekkha-t", "nek-m", "nek")} == {"nek"}
+    assert {needs.stem(t, cases) for t in ("goko-k", "goka-t", "goki", "gok-m")} == {"gok"}
+    assert needs.stem("zhi", cases) == needs.stem("ma", cases) == ""     # particles align with each other
+    assert needs.stem("tsugika-m", cases) == "tsugik"                     # stems keep their consonant
+
+
+def test_need_marks_reject_another_lexicon(shipped):
+    """A data_small tree read with another seed's lexicon is a DataError naming the unknown word, and scoring
+    predictions of the wrong length is a DataError."""
+    with pytest.raises(DataError, match="not a word of this lexicon"):
+        needs.need_marks(shipped.test.trees[0], synth.Lexicon(7))
+    with pytest.raises(DataError, match="sentence 1"):
+        needs.teacher_forced_scores([shipped.test.ref[0][:-1]], shipped.test.marks[:1])
+
+
+# --------------------------------------------------------------------------- the shipped data
+@pytest.fixture(scope="module")
+def shipped():
+    lex = synth.Lexicon(SEED)
+    out = SimpleNamespace(lex=lex)
+    for split in ("dev", "test"):
+        trees = read_conllu(DATA / f"{split}.conllu")
+        setattr(out, split, SimpleNamespace(
+            trees=trees, src=[s.split() for s in read_lines(DATA / f"{split}.src")],
+            ref=[s.split() for s in read_lines(DATA / f"{split}.tgt")],
+            control=[s.split() for s in read_lines(DATA / "control" / f"{split}.tgt")],
+            marks=[needs.need_marks(t, lex) for t in trees]))
+    return out
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_shipped_marks_line_up_with_the_references(shipped, split):
+    """Every data_small dev / test reference has one mark per token, every mark is carried by its token
+    (marker_ok), a token ends in a sandhi ending exactly when it is marked for sandhi, and every need occurs
+    (test split: sandhi 8639, nsubj 1219, obj 769, advmod 459, amod 1944)."""
+    d = getattr(shipped, split)
+    assert len(d.marks) == len(d.ref) == 1000
+    for ref, marks in zip(d.ref, d.marks):
+        assert len(marks) == len(ref)
+        for tok, m in zip(ref, marks):
+            assert all(needs.marker_ok(tok, n, x) for n, x in m.items()), (tok, m)
+            assert ("sandhi" in m) == (needs.strip_sandhi(tok) != tok), (tok, m)
+    assert min(counts(d.marks).values()) > 400, counts(d.marks)
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_control_has_none_of_the_marks(shipped, split):
+    """data_small/control (same seed, lexicon, trees and word order) dressed with the marks is the needs reference
+    token for token; undressed, none of its tokens carries a sandhi, case, adverb or gender marker, and its name
+    particle is one and the same whatever the role and verb."""
+    d, particle = getattr(shipped, split), shipped.lex.subj_case_tgt[0]
+    seen_particle = False
+    for ctrl, ref, marks in zip(d.control, d.ref, d.marks):
+        assert [dress(t, m, particle) for t, m in zip(ctrl, marks)] == ref
+        for tok, m in zip(ctrl, marks):
+            if tok == particle:
+                seen_particle = True
+            else:
+                assert not any(needs.marker_ok(tok, n, x) for n, x in m.items()), (tok, m)
+    assert seen_particle
+
+
+# --------------------------------------------------------------------------- scoring
+def test_references_score_perfectly(shipped):
+    """The test references, as teacher-forced predictions and as greedy hypotheses, get accuracy 1.0 on every
+    need, with every marked position matched."""
+    d = shipped.test
+    tf, greedy = needs.teacher_forced_scores(d.ref, d.marks), needs.greedy_scores(d.ref, d.ref, d.marks)
+    for n, c in counts(d.marks).items():
+        assert tf[n] == {"correct": c, "total": c, "accuracy": 1.0}
+        assert greedy[n] == {"correct": c, "total": c, "matched": c, "accuracy": 1.0}
+
+
+def test_control_as_hypothesis_is_aligned_but_misses_the_needs(shipped):
+    """Greedy-scoring the control translations against the test references: the stems ignore the markers, so every
+    marked position is matched, and no need is met except the name particles of class-0 subjects (the control's
+    one particle)."""
+    d, particle = shipped.test, shipped.lex.subj_case_tgt[0]
+    s = needs.greedy_scores(d.control, d.ref, d.marks)
+    lucky = sum(t == particle for r in d.ref for t in r)   # a class-0 subject's name particle, not a fused case
+    assert lucky > 0
+    for n, c in counts(d.marks).items():
+        assert s[n]["matched"] == s[n]["total"] == c
+        assert s[n]["correct"] == (lucky if n == "nsubj" else 0), (n, s[n])
+
+
+def _first(d, need):
+    """(sentence, position) of the first token in d marked for ``need``."""
+    return next((s, j) for s, ms in enumerate(d.marks) for j, m in enumerate(ms) if need in m)
+
+
+def test_one_wrong_gender_costs_exactly_one_amod(shipped):
+    """Changing one adjective's gender suffix (its sandhi ending kept) lowers the amod count by one under teacher
+    forcing and under greedy scoring (still matched), and leaves every other need's count unchanged."""
+    d = shipped.test
+    s, j = _first(d, "amod")
+    tok, suffix = d.ref[s][j], d.marks[s][j]["amod"]
+    other = next(g for g in synth.GENDER_SUFFIX if g != suffix)
+    base = needs.strip_sandhi(tok)
+    wrong = [list(r) for r in d.ref]
+    wrong[s][j] = base[:len(base) - len(suffix)] + other + tok[len(base):]
+    assert wrong[s][j] != tok and wrong[s][j].endswith(tok[len(base):])
+    for before, after in ((needs.teacher_forced_scores(d.ref, d.marks), needs.teacher_forced_scores(wrong, d.marks)),
+                          (needs.greedy_scores(d.ref, d.ref, d.marks), needs.greedy_scores(wrong, d.ref, d.marks))):
+        for n in needs.NEEDS:
+            assert after[n]["correct"] == before[n]["correct"] - (n == "amod")
+            assert after[n]["total"] == before[n]["total"] and after[n].get("matched") == before[n].get("matched")
+
+
+def test_greedy_alignment_survives_a_dropped_token(shipped):
+    """Dropping one adjective (marked sandhi + amod) from one hypothesis leaves exactly that position unmatched:
+    matched = total - 1 for sandhi and amod, matched = total elsewhere, every matched position still correct;
+    dropping an unmarked postposition instead leaves everything matched."""
+    d = shipped.test
+    s, j = _first(d, "amod")
+    hyps = [list(r) for r in d.ref]
+    del hyps[s][j]
+    g = needs.greedy_scores(hyps, d.ref, d.marks)
+    for n in needs.NEEDS:
+        assert g[n]["matched"] == g[n]["total"] - (n in ("sandhi", "amod")) == g[n]["correct"], (n, g[n])
+    s, j = next((s, j) for s, ms in enumerate(d.marks) for j, m in enumerate(ms)
+                if not m and d.ref[s][j] in shipped.lex.prep_tgt.values())
+    hyps = [list(r) for r in d.ref]
+    del hyps[s][j]
+    g = needs.greedy_scores(hyps, d.ref, d.marks)
+    assert all(g[n]["matched"] == g[n]["total"] == g[n]["correct"] for n in needs.NEEDS)
+
+
+# --------------------------------------------------------------------------- a tiny model
+@pytest.fixture(scope="module")
+def tiny(shipped):
+    """A tiny untrained float64 model over a vocabulary of the first 12 test pairs."""
+    d = shipped.test
+    src, ref, trees = d.src[:12], d.ref[:12], d.trees[:12]
+    vocab = Vocab.build(src + ref)
+    cfg = model.Config(vocab_size=len(vocab), n_enc_layers=1, n_dec_layers=1, n_heads=2, d_model=16, d_ff=32,
+                       dropout=0.0, dtype="float64")
+    return SimpleNamespace(params=model.init_params(cfg, 3), cfg=cfg, vocab=vocab, src=src, ref=ref, trees=trees)
+
+
+def test_teacher_forced_predictions_come_back_in_input_order(tiny):
+    """Batching by length reorders the 12 pairs (of different lengths) into several batches, yet the predictions
+    come back in the input order: one token per reference token, the same as running each pair alone."""
+    t = tiny
+    ids = ([t.vocab.encode(s) for s in t.src], [t.vocab.encode(r) for r in t.ref])
+    order = [i for b in batches(*ids, max_tokens=150) for i in b.index]
+    assert len({len(r) for r in t.ref}) > 3 and order != sorted(order) and len(list(batches(*ids, 150))) > 1
+    preds = needs.teacher_forced_predictions(t.params, t.cfg, t.vocab, t.src, t.ref, max_tokens=150)
+    assert [len(p) for p in preds] == [len(r) for r in t.ref]
+    for i in range(len(t.src)):
+        alone = needs.teacher_forced_predictions(t.params, t.cfg, t.vocab, t.src[i:i + 1], t.ref[i:i + 1])
+        assert preds[i] == alone[0]
+    assert all(tok in t.vocab.stoi for p in preds for tok in p)
+
+
+def test_need_scores_counts_every_marked_token(tiny, shipped):
+    """need_scores on the tiny model: both parts count every marked reference token of the 12 pairs (greedy ones
+    matched or not), with accuracies in [0, 1]."""
+    t = tiny
+    out = needs.need_scores(t.params, t.cfg, t.vocab, t.src, t.ref, t.trees, shipped.lex)
+    want = counts(shipped.test.marks[:12])
+    for part in ("teacher_forced", "greedy"):
+        for n in needs.NEEDS:
+            r = out[part][n]
+            assert r["total"] == want[n] and 0 <= r["correct"] <= r.get("matched", r["total"])
+            assert r["accuracy"] is None or 0.0 <= r["accuracy"] <= 1.0
