@@ -292,3 +292,19 @@ def test_studies_of_single_seeds_merge_into_the_study_over_all_of_them(tmp_path)
     assert "over 3 seeds" in (out / "README.md").read_text()
     with pytest.raises(SystemExit):
         main(["reproduce", "--merge", str(tmp_path / "nothing"), "--out", str(tmp_path / "m2")])
+
+
+def test_shipped_seeds_of_the_full_study_are_current_and_merge():
+    """chapters/studies/seeds/full-seed-K.json (the full study made seed by seed, docs/studies.md): each is a study
+    of one seed whose provenance is today's full scale (settings, data, criteria, the trees the roles are judged on),
+    made with one BLAS thread, and together they merge into one study over their seeds."""
+    files = sorted((pathlib.Path(study.STUDIES) / "seeds").glob("full-seed-*.json"))
+    if not files:
+        pytest.skip("no seed of the full study is shipped")
+    docs = [study.read_study(str(f)) for f in files]
+    for f, d in zip(files, docs):
+        assert d["seeds"] == [int(f.stem.rsplit("-", 1)[1])] and d["blas_threads"] == 1, f.name
+        assert d["provenance"] == study.study_provenance(study.SCALES["full"]), f.name
+    merged = study.merge_seeds(docs)
+    assert merged["seeds"] == sorted(d["seeds"][0] for d in docs)
+    assert set(merged["summary"]) == set(findings.FINDINGS)
