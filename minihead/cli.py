@@ -331,8 +331,9 @@ def validate_reproduce(a):
         raise UsageError("--out '': give the folder the report is written to")
     check_report_folder(a.out, "--out")
     a.locks = [a.out]
-    if not any(real) and a.merge is None:   # the run folders the models live in (one per seed), held throughout
+    if a.merge is None:   # a merge trains nothing; a real corpus is cached under runs/ too
         check_output_folder(str(study.RUNS), "the runs folder")
+    if not any(real) and a.merge is None:   # the run folders the models live in (one per seed), held throughout
         s = study.SCALES["quick" if a.quick else "full"]
         a.locks += [study.run_folder(s["study"], "data_small", study.RUNS, **study.study_overrides(s, k))
                     for k in (a.seeds_list or [None])]

@@ -216,7 +216,7 @@ def baseline(study, n_test=None, cache_dir=None):
 def _settings_key(settings):
     """Every field of a :class:`minihead.prune.PruneSettings` (the gate's constants as a dict): a changed default
     is a new key."""
-    return asdict(settings or pruning.PruneSettings())
+    return asdict(settings)
 
 
 def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=None, after=None):
