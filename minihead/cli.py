@@ -1,4 +1,4 @@
-"""The command line, ``python -m minihead {train,translate,evaluate,importance,roles,prune,reproduce,emergence} ...``.
+"""The command line, ``python -m minihead {train,translate,evaluate,importance,roles,prune,reproduce,emergence,needs} ...``.
 
 Every sub-command's parser is here (:func:`build_parser`), with argparse types that refuse bad values (a beam of 0,
 a negative count, ``--lambda nan``), and one ``validate_<command>(args)`` that checks the rest before any work:
@@ -380,9 +380,29 @@ def validate_emergence(a):
         check_not_locked(folder)
 
 
+def validate_needs(a):
+    a.seeds_list = parse_seeds(a.seeds)
+    a.settings = parse_settings(a.set)
+    if "seed" in a.settings:
+        raise UsageError("--set seed=...: give the seeds with --seeds")
+    check_settings(*preset(a.config, 100, **a.settings))
+    a.data = DATA       # the needs are data_small's (its generator's rules and lexicon); no other corpus has them
+    check_data(a, ("train", "dev", "test"))
+    for split in ("dev", "test"):
+        check_input_file(os.path.join(a.data, f"{split}.conllu"), f"{split} trees ({split}.conllu)")
+    check_output_folder(a.runs, "--runs")
+    if a.study:
+        check_output_file(a.study, "--study")
+    if a.figure:
+        check_figure_file(a.figure, "--figure")
+    a.locks = [study.run_folder(a.config, a.data, a.runs, seed=k, **a.settings) for k in a.seeds_list]
+    for folder in a.locks:
+        check_not_locked(folder)
+
+
 VALIDATE = {"train": validate_train, "translate": validate_translate, "evaluate": validate_evaluate,
             "importance": validate_importance, "roles": validate_roles, "prune": validate_prune,
-            "reproduce": validate_reproduce, "emergence": validate_emergence}
+            "reproduce": validate_reproduce, "emergence": validate_emergence, "needs": validate_needs}
 
 
 def _interrupted(a):
@@ -397,6 +417,9 @@ def _interrupted(a):
                 f"{PROG} {' '.join(shlex.quote(x) for x in again)}")
     if cmd == "reproduce":
         return ("interrupted: finished stages are cached and trainings resume from their last.npz; "
+                "run the same command again to continue")
+    if cmd == "needs":
+        return ("interrupted: the models trained and the matrices measured so far are cached in their run folders; "
                 "run the same command again to continue")
     if cmd == "emergence":
         return ("interrupted: the models trained and the measurements made so far are cached in their run folders "
@@ -506,6 +529,24 @@ def build_parser():
                    help="instead: measure each seed's model every N training steps, with early stopping off, and "
                    "print the head functions against steps (--json writes the traces, --figure plots them)")
     e.add_argument("--figure", default=None, metavar="PNG", help="with --trace: plot the traces into this image")
+
+    n = sp.add_parser("needs", help="which encoder head does which job: switch each off alone and measure every "
+                      "need of data_small (the markers set by another source word) and BLEU, on the test set")
+    n.add_argument("--config", default="default", choices=sorted(PRESETS), help="named preset (default: the full "
+                   "study's, so its models are reused from --runs)")
+    n.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
+    n.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override preset settings (not the seed)")
+    n.add_argument("--runs", default="runs", help="cache folder of the models (default runs, where reproduce keeps "
+                   "them)")
+    n.add_argument("--n-bleu", type=integer(1), default=300, help="BLEU on the first N test pairs (default 300)")
+    n.add_argument("--n-dev", type=integer(1), default=study.SCALES["full"]["n_dev"], help="the importance measures "
+                   "judged against the matrix, on the first N dev pairs (default: the full study's)")
+    n.add_argument("--n-ablation", type=integer(1), default=study.SCALES["full"]["n_ablation"],
+                   help="single-head BLEU ablation on the first N dev pairs (default: the full study's)")
+    n.add_argument("--study", default=None, help="also write the matrices of all seeds, e.g. "
+                   "chapters/studies/needs.json")
+    n.add_argument("--figure", default=None, metavar="PNG", help="also plot the matrices into this image")
     return p
 
 

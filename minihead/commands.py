@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import matplotlib
 
-from . import backend, checkpoint, importance, paper, report, reproduce, study
+from . import backend, checkpoint, importance, needs, paper, report, reproduce, stages, study
 from .analysis import (AnalysisError, format_positional, format_rare, format_table, head_roles, save_figures,
                        unknown_words)
 from .checkpoint import MODEL_FILES
@@ -276,6 +276,33 @@ def cmd_trace(a):
         os.makedirs(os.path.dirname(os.path.abspath(a.figure)), exist_ok=True)   # validated as creatable
         report.plot_trace([doc]).savefig(a.figure, dpi=120)
     return traces
+
+
+def cmd_needs(a):
+    """``needs``: each seed's model (trained, or reused from its run folder: the full study's with the default
+    preset) and its head x need matrix (:func:`minihead.stages.need_matrix`, cached beside it), printed as a table
+    (:func:`minihead.report.need_matrix_table`); with ``--study`` / ``--figure`` the document of
+    :func:`minihead.study.needs_doc` and its plot."""
+    per_seed = []
+    for seed in a.seeds_list:
+        print(f"seed {seed}: training / switching heads off ({a.config}, {a.data})", flush=True)
+        s = study.load_study(a.config, a.data, runs=a.runs, seed=seed, **a.settings)
+        m = stages.need_matrix(s, a.n_bleu)
+        m.pop("cached", None)
+        imp = stages.importance_stage(s, a.n_dev, a.n_ablation)   # the full study's, when its settings are
+        per_seed.append({"seed": seed, "matrix": m,
+                         "instruments": {key: imp[key]["enc"] for key in needs.INSTRUMENTS.values() if key in imp}})
+        print(f"\n## Seed {seed}: what each encoder head does (test set, {study.blas_threads()} BLAS thread(s))\n")
+        print(report.need_matrix_table(m), flush=True)
+    doc = study.needs_doc(per_seed, a.config, a.settings, a.n_bleu, a.n_dev, a.n_ablation)
+    print(f"\n## The importance measures against the matrix, seeds {','.join(map(str, a.seeds_list))}\n")
+    print(report.instrument_table(doc["agreement"]))
+    if a.study:
+        checkpoint.save_json(a.study, doc)
+    if a.figure:
+        os.makedirs(os.path.dirname(os.path.abspath(a.figure)), exist_ok=True)   # validated as creatable
+        report.plot_need_matrix(doc).savefig(a.figure, dpi=120)
+    return doc
 
 
 def cmd_reproduce(a):

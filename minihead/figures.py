@@ -17,11 +17,12 @@ CONFIDENCE_RANGE = (0.0, 1.0)     # mean largest attention weight
 SHARE_RANGE = (0.0, 1.0)          # share of queries (positional offset, rarest word)
 ATTENTION_RANGE = (0.0, 1.0)      # one attention weight
 MARGIN_POINTS_RANGE = (-40.0, 40.0)  # syntactic accuracy minus its offset baseline, in points
+DROP_POINTS_RANGE = (-30.0, 30.0)    # what switching a head off costs: need accuracy or BLEU, in points
 RANGES = {"relevance": RELEVANCE_RANGE, "confidence": CONFIDENCE_RANGE, "share": SHARE_RANGE,
-          "attention": ATTENTION_RANGE, "margin_points": MARGIN_POINTS_RANGE}
+          "attention": ATTENTION_RANGE, "margin_points": MARGIN_POINTS_RANGE, "drop_points": DROP_POINTS_RANGE}
 # quantity -> colour map (the same quantity in the same colours everywhere)
 CMAPS = {"relevance": "Reds", "confidence": "Blues", "share": "viridis", "attention": "Blues",
-         "margin_points": "RdBu_r"}
+         "margin_points": "RdBu_r", "drop_points": "RdBu_r"}
 
 # the head functions (Figure 8's kind): role -> colour, in the order a head with several roles is coloured
 ROLE_COLOURS = {"positional": "tab:blue", "syntactic": "tab:orange", "rare": "tab:red"}

@@ -17,16 +17,20 @@ gold tree and the lexicon by the generator's own rules; :func:`teacher_forced_sc
 count how often a model's tokens carry them. The control language (``data_small/control``) has none of these.
 """
 import difflib
+import itertools
 import random
 
-from . import model
-from .backend import to_host
+from . import findings, model
+from .backend import to_host, xp
+from .importance import rank_agreement
 from .data import synth
 from .data.vocab import batches
 from .errors import DataError
+from .evaluate import bleu
 from .translate import translate
 
 NEEDS = ("sandhi", "nsubj", "obj", "advmod", "amod")
+SURVIVES = 0.05      # a need survives an ablation that costs its teacher-forced accuracy less than this (0-1 scale)
 SANDHI_CARRIERS = ("DET", "ADJ", "ADV", "VERB")   # plus frequent nouns (kind "noun"); see synth.translate
 
 
@@ -193,3 +197,104 @@ def need_scores(params, cfg, vocab, src_sents, tgt_sents, trees, lex, gates=None
     preds = teacher_forced_predictions(params, cfg, vocab, src_sents, tgt_sents, gates=gates)
     hyps = translate(params, cfg, vocab, src_sents, gates=gates)
     return {"teacher_forced": teacher_forced_scores(preds, marks), "greedy": greedy_scores(hyps, tgt_sents, marks)}
+
+
+# --------------------------------------------------------------------------- the head x need matrix
+def encoder_gates(cfg, off=()):
+    """Gates of every attention type (kind -> (L, H)), 1 everywhere except the encoder heads ``off`` ((layer,
+    head) pairs), which are 0: those heads switched off, as in single-head ablation (Michel et al. 2019)."""
+    gates = {k: xp.ones((cfg.n_layers(k), cfg.n_heads), dtype=cfg.dtype) for k in model.GATE_KINDS}   # (L, H)
+    for layer, head in off:
+        gates["enc"][layer, head] = 0.0
+    return gates
+
+
+def ablation_matrix(params, cfg, vocab, src_sents, tgt_sents, trees, lex, n_bleu=300, survives=SURVIVES,
+                    predict=None, translate_fn=None):
+    """Which encoder head does which job: the drop of every need's teacher-forced accuracy (0-1) when ONE encoder
+    head is switched off, and of corpus BLEU (points) on greedy translations of the first ``n_bleu`` pairs.
+
+        drop[l, h, need] = acc(need | all heads) - acc(need | head h of layer l off)
+
+    A need that every single ablation leaves standing (its drop below ``survives`` for every head: the job is
+    shared, or done twice) is then ablated by pairs: every pair of heads of one layer switched off together. No
+    LRP or gradient is involved: this is the ground truth the importance measures are judged against (a head the
+    matrix shows doing a job should rank high under a measure that finds the heads doing the heavy lifting).
+
+    ``predict(gates) -> pred tokens`` and ``translate_fn(src, gates) -> token lists`` default to
+    :func:`teacher_forced_predictions` and :func:`minihead.translate.translate` of the model (tests replace them).
+    Returns ``{"needs", "count": {need: marked reference tokens}, "base": {need: accuracy, "bleu"}, "single":
+    [[{need: drop, "bleu": drop}] * H] * L, "survivors": [needs no single ablation breaks], "pairs": [{"layer",
+    "heads", need: drop, "bleu": drop}]}`` (pairs empty when no need survives or a layer has one head)."""
+    marks = [need_marks(t, lex) for t in trees]
+    _check_lengths(tgt_sents, marks, "reference")
+    predict = predict or (lambda gates: teacher_forced_predictions(params, cfg, vocab, src_sents, tgt_sents,
+                                                                   gates=gates))
+    translate_fn = translate_fn or (lambda src, gates: translate(params, cfg, vocab, src, gates=gates))
+    src_b, ref_b = src_sents[:n_bleu], tgt_sents[:n_bleu]
+
+    def scores(gates):
+        tf = teacher_forced_scores(predict(gates), marks)
+        return {**{n: tf[n]["accuracy"] for n in NEEDS}, "bleu": float(bleu(translate_fn(src_b, gates), ref_b))}
+
+    def drop(base, now):
+        return {n: (None if base[n] is None or now[n] is None else base[n] - now[n]) for n in (*NEEDS, "bleu")}
+
+    base = scores(None)
+    L, H = cfg.n_layers("enc"), cfg.n_heads
+    single = [[drop(base, scores(encoder_gates(cfg, [(l, h)]))) for h in range(H)] for l in range(L)]
+    survivors = [n for n in NEEDS if base[n] is not None
+                 and all(cell[n] < survives for row in single for cell in row)]
+    pairs = []
+    if survivors:
+        for l in range(L):
+            for a, b in itertools.combinations(range(H), 2):
+                pairs.append({"layer": l, "heads": [a, b], **drop(base, scores(encoder_gates(cfg, [(l, a), (l, b)])))})
+    count = {n: sum(n in m for ms in marks for m in ms) for n in NEEDS}
+    return {"needs": list(NEEDS), "count": count, "base": base, "single": single, "survivors": survivors,
+            "pairs": pairs, "n_bleu": min(n_bleu, len(src_sents)), "survives": survives}
+
+
+def doers(matrix, need, at_least=SURVIVES):
+    """The encoder heads ("L{l}H{h}") whose single ablation costs ``need`` at least ``at_least`` of its accuracy,
+    largest drop first: the heads the matrix says do that job."""
+    cells = [(cell[need], f"L{l}H{h}") for l, row in enumerate(matrix["single"]) for h, cell in enumerate(row)
+             if cell[need] is not None and cell[need] >= at_least]
+    return [name for _, name in sorted(cells, key=lambda c: -c[0])]
+
+
+# --------------------------------------------------------------------------- the instruments judged by the matrix
+# instrument -> the key of its per-head scores in an importance stage (minihead.stages.importance_stage)
+INSTRUMENTS = {"LRP relevance, z-rule, magnitude shares (sec. 4)": "relevance_abs",
+               "LRP relevance, z-rule, signed shares": "relevance",
+               "LRP relevance, the official code's variant": "relevance_official",
+               "confidence (sec. 4)": "confidence",
+               "Michel importance (gradient of the loss at the gate)": "michel",
+               "BLEU drop with the head switched off alone (dev)": "ablation"}
+
+
+def markers_lost(matrix):
+    """(L, H) nested lists: how many marked test tokens go wrong when each encoder head is switched off alone,
+    summed over the needs, sum_need drop[l, h, need] x count[need]. The work the matrix says a head does, in
+    tokens, so a head that breaks a frequent need outweighs one that breaks a rare one."""
+    return [[sum((cell[n] or 0.0) * matrix["count"][n] for n in matrix["needs"]) for cell in row]
+            for row in matrix["single"]]
+
+
+def instrument_agreement(per_seed):
+    """Does each importance measure rank the encoder heads as the matrix does? ``per_seed``: [(matrix,
+    instruments)], ``instruments`` a dict of per-head scores {key: {"enc": (L, H)}} as an importance stage holds
+    them. Per seed, Spearman's rho of the instrument's scores against :func:`markers_lost` over every encoder
+    head; pooled over seeds by Fisher z (:func:`minihead.findings.pool_rho`, one-sided), and the instrument
+    "agrees" when the pooled p < :data:`minihead.findings.ALPHA`. Returns {instrument name: {"key", "rho": [per
+    seed], "pooled": {"rho", "p", "seeds"}, "agrees": bool}} for the instruments every seed measured."""
+    out = {}
+    for name, key in INSTRUMENTS.items():
+        if not all(key in inst for _, inst in per_seed):
+            continue
+        rhos = [rank_agreement(markers_lost(m), inst[key]["enc"]) for m, inst in per_seed]
+        ns = [sum(map(len, m["single"])) for m, _ in per_seed]
+        pooled = findings.pool_rho(rhos, ns)
+        out[name] = {"key": key, "rho": rhos, "pooled": pooled,
+                     "agrees": pooled["p"] is not None and pooled["p"] < findings.ALPHA}
+    return out

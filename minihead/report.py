@@ -575,6 +575,87 @@ def emergence_table(results):
     return "\n".join(lines)
 
 
+NEED_NAMES = {"sandhi": "sandhi (+1)", "nsubj": "nsubj case", "obj": "obj case", "advmod": "adverb suffix",
+              "amod": "adjective gender"}
+
+
+def _drop_points(cell, need):
+    """A cell's drop in points (accuracy x 100; BLEU as is), None where the need is absent."""
+    v = cell[need]
+    return None if v is None else (v if need == "bleu" else 100.0 * v)
+
+
+def need_matrix_table(m):
+    """One seed's head x need matrix (:func:`minihead.needs.ablation_matrix`) as markdown: the accuracy of each
+    need with every head, then one row per encoder head switched off, each cell the drop in points (BLEU: on the
+    first n_bleu test pairs), and the pairs of heads of one layer where some need survives every single head."""
+    cols = [*m["needs"], "bleu"]
+    names = [NEED_NAMES.get(n, n) for n in m["needs"]] + [f"BLEU ({m['n_bleu']} pairs)"]
+    fmt = lambda v: "-" if v is None else f"{v:+.1f}"                       # noqa: E731
+    lines = ["| heads switched off | " + " | ".join(names) + " |", "|---|" + "---|" * len(cols),
+             "| none (accuracy, BLEU) | " + " | ".join("-" if m["base"][n] is None else
+                                                        (f"{m['base'][n]:.1f}" if n == "bleu" else
+                                                         f"{100 * m['base'][n]:.1f}") for n in cols) + " |"]
+    for l, row in enumerate(m["single"]):
+        for h, cell in enumerate(row):
+            lines.append(f"| L{l}H{h} | " + " | ".join(fmt(_drop_points(cell, n)) for n in cols) + " |")
+    for p in m["pairs"]:
+        lines.append(f"| L{p['layer']}H{p['heads'][0]} + L{p['layer']}H{p['heads'][1]} | "
+                     + " | ".join(fmt(_drop_points(p, n)) for n in cols) + " |")
+    lines.append("")
+    counts = ", ".join(f"{n} {m['count'][n]}" for n in m["needs"])
+    lines.append(f"marked tokens: {counts}; needs no single head "
+                 f"breaks (drop under {100 * m['survives']:.0f} points): {', '.join(m['survivors']) or 'none'}")
+    return "\n".join(lines)
+
+
+def instrument_table(agreement):
+    """Each importance measure against the head x need matrix (:func:`minihead.needs.instrument_agreement`): its
+    rank correlation with the markers each head's removal loses, per seed and pooled, and whether it agrees."""
+    lines = ["| importance measure | Spearman rho with markers lost, per seed | pooled rho | p (one-sided) | "
+             "ranks the heads the matrix says do the work? |", "|---|---|---|---|---|"]
+    for name, a in agreement.items():
+        per = ", ".join("n/a" if r is None or r != r else f"{r:+.2f}" for r in a["rho"])
+        p = a["pooled"]
+        lines.append(f"| {name} | {per} | {findings.fmt(p['rho'])} | {findings.fmt3(p['p'])} | "
+                     f"{'**yes**' if a['agrees'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def plot_need_matrix(doc, axes=None):
+    """The head x need matrices of a study (:func:`minihead.study.needs_doc`), one panel per seed: rows the
+    encoder heads, columns the needs and BLEU, each cell what switching that head off alone costs, in points, on
+    one diverging scale (:data:`minihead.figures.DROP_POINTS_RANGE`; red: a loss). Returns the figure."""
+    per_seed = doc["per_seed"]
+    if axes is None:
+        n = len(per_seed)
+        _, axes = figures.new_figure(1, n, figsize=(3.1 * n + 1.2, 0.32 * sum(map(len, per_seed[0]["matrix"]["single"])) + 2.2))
+        axes = list(axes[0])
+    lo, hi = figures.colour_range("drop_points")
+    image = None
+    for ax, p in zip(axes, per_seed):
+        m = p["matrix"]
+        cols = [*m["needs"], "bleu"]
+        rows = [(f"L{l}H{h}", cell) for l, r in enumerate(m["single"]) for h, cell in enumerate(r)]
+        grid = [[_drop_points(cell, n) for n in cols] for _, cell in rows]
+        values = [[math.nan if v is None else v for v in r] for r in grid]
+        image = ax.imshow(values, cmap=figures.CMAPS["drop_points"], vmin=lo, vmax=hi, aspect="auto")
+        for i, r in enumerate(grid):
+            for j, v in enumerate(r):
+                if v is not None:
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7,
+                            color=figures.cell_text_colour(image, v))
+        figures.integer_ticks(ax, n_x=len(cols), n_y=len(rows), x_labels=[*m["needs"], "BLEU"],
+                              y_labels=[name for name, _ in rows])
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set_title(f"seed {p['seed']}")
+    axes[0].set_ylabel("encoder head switched off")
+    fig = axes[0].figure
+    fig.colorbar(image, ax=axes, label="drop in points (accuracy x 100; BLEU)", shrink=0.8)
+    fig.suptitle("What each encoder head does: the cost of switching it off alone (test set)")
+    return fig
+
+
 def write_real_report(out, study, inputs, bleu, n_test, summ, rep, base, enc, minutes_from):
     """``out/README.md`` of the study on a real corpus (:func:`minihead.reproduce.reproduce_real`): test BLEU, the
     top-quarter relevance shares and rank agreements, the three head functions on the gold trees and the

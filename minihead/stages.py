@@ -16,10 +16,11 @@ import json
 import os
 from dataclasses import asdict, replace
 
-from . import backend, checkpoint, findings, importance, lrp
+from . import backend, checkpoint, findings, importance, lrp, needs
 from . import prune as pruning          # the algorithm (its module name: tests replace pruning.prune to spy on it)
 from .analysis import head_roles
 from .backend import xp
+from .data import synth
 from .data.vocab import batches
 from .checkpoint import _write_atomically
 from .errors import MiniheadError
@@ -201,6 +202,21 @@ def measure_functions(params, cfg, vocab, trees, src_freq):
     :mod:`minihead.findings` as dicts."""
     rep = head_roles(params, cfg, vocab, trees, src_freq)
     return (findings.positional(rep).to_dict(), findings.syntactic(rep).to_dict(), findings.rare_word(rep).to_dict())
+
+
+# --------------------------------------------------------------------------- which head does which job
+def need_matrix(study, n_bleu=300, cache_dir=None):
+    """The head x need matrix of a data_small model on the TEST split (:func:`minihead.needs.ablation_matrix`:
+    each encoder head switched off alone, then pairs within a layer for the needs no single ablation breaks),
+    cached as needs-<hash>.json. The references' needs come from the test trees and data_small's lexicon
+    (``Lexicon(synth.DATA_SMALL_SEED)``); a model of another corpus has no needs to score."""
+    key = {**study_key(study, n_bleu), "what": "need matrix", "split": "test", "survives": needs.SURVIVES,
+           "lexicon": synth.DATA_SMALL_SEED}
+    path = os.path.join(_cache_dir(study, cache_dir), f"needs-{key_hash(key)}.json")
+    src, tgt = study.splits["test"]
+    return cached_json(path, key, lambda: checkpoint.plain(needs.ablation_matrix(
+        study.params, study.cfg, study.vocab, src, tgt, study.trees["test"], synth.Lexicon(synth.DATA_SMALL_SEED),
+        n_bleu=n_bleu)))
 
 
 # --------------------------------------------------------------------------- pruning (sec. 6)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from threadpoolctl import threadpool_info
 
-from . import checkpoint, findings
+from . import checkpoint, findings, needs
 from .data import bpe as bpe_mod
 from .data.corpus import REPO_ROOT, load_data_small, read_parallel, resolve_data
 from .data.vocab import frequencies
@@ -315,9 +315,52 @@ def emergence_doc(results, config, data, n_trees, overrides):
                               **({"prunable": r.pruning["prunable"],
                                   "functions_survive": r.pruning["functions_survive"]} if r.pruning else {})}}
                 for r in results]
-    return {"study": config, "seeds": [r.seed for r in results], "blas_threads": blas_threads(),
-            "per_seed": per_seed, "summary": findings.summarize([p["findings"] for p in per_seed]),
+    return {"study": config, "data": _relative(data), "seeds": [r.seed for r in results],
+            "blas_threads": blas_threads(), "per_seed": per_seed,
+            "summary": findings.summarize([p["findings"] for p in per_seed]),
             "provenance": emergence_provenance(config, data, n_trees, overrides)}
+
+
+NEEDS_STUDY = os.path.join(STUDIES, "needs.json")   # the shipped head x need matrices of the default preset
+
+
+def needs_provenance(config, overrides, n_bleu, n_dev, n_ablation):
+    """What determines a head x need study besides the code: the preset's settings with the overrides, the content
+    hash of data_small (text and the test trees the needs come from), the BLEU sentences and the dev pairs of the
+    importance measures."""
+    return checkpoint.plain({"kind": "need-matrix", "preset": preset_settings(config, **overrides),
+                             "data": data_fingerprint(DATA_SMALL, STUDY_FILES + ("test.conllu",)), "n_bleu": n_bleu,
+                             "n_dev": n_dev, "n_ablation": n_ablation})
+
+
+def needs_doc(per_seed, config, overrides, n_bleu, n_dev, n_ablation):
+    """The head x need matrices of several seeds' models (``python -m minihead needs --study``): {"kind":
+    "need-matrix", "study": preset, "overrides", "seeds", "blas_threads", "per_seed": [{"seed", "matrix":
+    :func:`minihead.needs.ablation_matrix`, "instruments": {key: (L, H) encoder scores}}], "agreement":
+    :func:`minihead.needs.instrument_agreement`, "provenance": :func:`needs_provenance`}."""
+    return {"kind": "need-matrix", "study": config, "overrides": dict(overrides),
+            "seeds": [p["seed"] for p in per_seed], "blas_threads": blas_threads(), "per_seed": per_seed,
+            "agreement": checkpoint.plain(needs.instrument_agreement([(p["matrix"], {k: {"enc": v} for k, v in
+                                                                                     p["instruments"].items()})
+                                                                        for p in per_seed])),
+            "provenance": needs_provenance(config, overrides, n_bleu, n_dev, n_ablation)}
+
+
+def load_needs(path=None):
+    """A head x need study (:func:`needs_doc`; default the shipped ``chapters/studies/needs.json``), refused with
+    the command that remakes it when missing, unreadable, of another shape, or when its provenance differs from
+    today's."""
+    path = path or NEEDS_STUDY
+    remake = ("remake it with `python -m minihead needs --seeds 1,2,3 --study chapters/studies/needs.json` "
+              "(docs/studies.md)")
+    doc = _read_json(path, "head x need study", remake)
+    if not (isinstance(doc, dict) and doc.get("kind") == "need-matrix" and isinstance(doc.get("per_seed"), list)
+            and doc["per_seed"] and all(isinstance(p, dict) and {"seed", "matrix"} <= set(p) for p in doc["per_seed"])):
+        raise MiniheadError(f"{path}: holds no head x need study (kind 'need-matrix', per-seed matrices); {remake}")
+    have = doc.get("provenance", {})
+    check_provenance(path, have, needs_provenance(doc["study"], doc.get("overrides", {}), have.get("n_bleu"),
+                                                  have.get("n_dev"), have.get("n_ablation")), remake)
+    return doc
 
 
 def _read_json(path, what, remake):
@@ -356,8 +399,12 @@ def load_shipped_study(name="quick"):
     have = doc.get("provenance", {})
     if name in SCALES:
         want = study_provenance(SCALES[name])
-    else:
-        want = emergence_provenance(name, DATA_SMALL, have.get("n_trees"), {})
+    else:   # an emergence study names its data folder (the control's, say); older ones are of data_small
+        data = os.path.join(str(REPO_ROOT), doc.get("data", "data_small"))
+        if doc.get("study", name) != name or doc.get("data", "data_small") != "data_small":
+            remake = (f"remake it with `python -m minihead emergence --config {doc.get('study', name)} --seeds 1,2,3 "
+                      f"--data {doc.get('data', 'data_small')} --study chapters/studies/{name}.json`")
+        want = emergence_provenance(doc.get("study", name), data, have.get("n_trees"), {})
     check_provenance(path, have, want, remake)
     return doc
 

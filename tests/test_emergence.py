@@ -80,8 +80,25 @@ def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path
     assert study.load_shipped_study("emerge-like")["summary"] == {}
     doc["provenance"] = study.emergence_provenance("quick", data, None, {"max_steps": 7})
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
-    with pytest.raises(MiniheadError, match=r"stale, its preset differs.*emergence --config emerge-like --seeds"):
+    with pytest.raises(MiniheadError, match=r"stale, its preset differs.*emergence --config quick --seeds"):
         study.load_shipped_study("emerge-like")
+
+
+def test_shipped_emergence_study_of_the_control_is_checked_against_the_control(tmp_path, monkeypatch):
+    """An emergence study names its data folder (emergence_doc's "data"): a study of data_small/control is checked
+    against the control's content hash, so it loads; the same document claiming data_small is refused as stale,
+    and the command that remakes it names the preset and the data folder."""
+    from minihead.errors import MiniheadError
+    monkeypatch.setattr(study, "STUDIES", str(tmp_path))
+    control = str(pathlib.Path(str(REPO_ROOT)) / "data_small" / "control")
+    doc = {"study": "quick", "data": "data_small/control", "summary": {},
+           "provenance": study.emergence_provenance("quick", control, None, {})}
+    (tmp_path / "quick-control.json").write_text(json.dumps(doc))
+    assert study.load_shipped_study("quick-control")["data"] == "data_small/control"
+    (tmp_path / "quick-control.json").write_text(json.dumps({**doc, "data": "data_small"}))
+    with pytest.raises(MiniheadError, match=r"stale, its data differs.*emergence --config quick --seeds 1,2,3 "
+                                            r"--data data_small --study"):
+        study.load_shipped_study("quick-control")
 
 
 TINY = dict(max_steps=5, eval_every=3, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)

@@ -10,7 +10,7 @@ from minihead import model, needs
 from minihead.data import read_conllu, synth
 from minihead.data.corpus import read_lines
 from minihead.data.vocab import Vocab, batches
-from minihead.errors import DataError
+from minihead.errors import DataError, MiniheadError
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data_small"
 SEED = 1234          # data_small's (and data_small/control's, see their README.md) lexicon seed
@@ -264,3 +264,144 @@ def test_need_scores_counts_every_marked_token(tiny, shipped):
             r = out[part][n]
             assert r["total"] == want[n] and 0 <= r["correct"] <= r.get("matched", r["total"])
             assert r["accuracy"] is None or 0.0 <= r["accuracy"] <= 1.0
+
+
+# --------------------------------------------------------------------------- the head x need matrix
+def _oracle(ref, marks, breaks):
+    """A fake model under teacher forcing: it writes the reference, except that each need in ``breaks`` (need ->
+    set of encoder heads (l, h) that must ALL be open for it) gets a wrong token ("x") wherever that need is
+    marked while any of its heads is switched off."""
+    def predict(gates):
+        off = set() if gates is None else {(l, h) for l, row in enumerate(gates["enc"].tolist())
+                                           for h, g in enumerate(row) if g == 0.0}
+        broken = {n for n, heads in breaks.items() if heads & off}
+        return [["x" if broken & set(m) else tok for tok, m in zip(toks, ms)] for toks, ms in zip(ref, marks)]
+    return predict
+
+
+def test_ablation_matrix_names_the_head_that_does_each_job(shipped):
+    """drop[l, h, need] = acc(all heads) - acc(head (l, h) off). A fake model whose nsubj markers fail when L1H0
+    is off and whose amod markers fail only when BOTH heads of layer 0 are off: the single ablations show nsubj
+    lost (drop = its whole accuracy) at L1H0 alone and nothing else; amod survives every single ablation, so the
+    pairs within a layer are tried and layer 0's pair loses it; BLEU is scored on the first n_bleu pairs."""
+    d = shipped.test
+    src, ref, trees, marks = d.src[:40], d.ref[:40], d.trees[:40], d.marks[:40]
+    cfg = SimpleNamespace(n_heads=2, dtype="float64", n_layers=lambda k: 3 if k == "enc" else 1)
+    predict = _oracle(ref, marks, {"nsubj": {(1, 0)}})
+
+    def predict(gates, _single=predict):
+        out = _single(gates)
+        if gates is not None and gates["enc"][0].sum() == 0:           # both heads of layer 0 off
+            out = [["x" if "amod" in m else tok for tok, m in zip(toks, ms)] for toks, ms in zip(out, marks)]
+        return out
+    seen = []
+
+    def fake_translate(s, gates):
+        seen.append(len(s))
+        return [list(r) for r in ref[:len(s)]]
+    m = needs.ablation_matrix(None, cfg, None, src, ref, trees, shipped.lex, n_bleu=25, predict=predict,
+                              translate_fn=fake_translate)
+    assert m["base"]["nsubj"] == 1.0 and m["base"]["bleu"] == pytest.approx(100.0) and set(seen) == {25}
+    assert m["count"] == counts(marks) and m["count"]["nsubj"] > 0 and m["count"]["amod"] > 0
+    assert m["single"][1][0]["nsubj"] == 1.0
+    assert all(c["nsubj"] == 0.0 for l, row in enumerate(m["single"]) for h, c in enumerate(row) if (l, h) != (1, 0))
+    assert all(c["amod"] == 0.0 and c["bleu"] == pytest.approx(0.0) for row in m["single"] for c in row)
+    assert "amod" in m["survivors"] and "nsubj" not in m["survivors"]
+    assert [(p["layer"], p["heads"]) for p in m["pairs"]] == [(0, [0, 1]), (1, [0, 1]), (2, [0, 1])]
+    assert m["pairs"][0]["amod"] == 1.0 and m["pairs"][2]["amod"] == 0.0 and m["pairs"][1]["nsubj"] == 1.0
+    assert needs.doers(m, "nsubj") == ["L1H0"] and needs.doers(m, "amod") == []
+
+
+def test_ablation_matrix_skips_pairs_when_every_need_breaks_somewhere(shipped):
+    """When some single ablation breaks every need (here one head carries all of them), no need survives and no
+    pair is ablated."""
+    d = shipped.test
+    ref, marks = d.ref[:40], d.marks[:40]
+    cfg = SimpleNamespace(n_heads=2, dtype="float64", n_layers=lambda k: 2 if k == "enc" else 1)
+    all_at_l0h1 = _oracle(ref, marks, {n: {(0, 1)} for n in needs.NEEDS})
+    m = needs.ablation_matrix(None, cfg, None, d.src[:40], ref, d.trees[:40], shipped.lex, n_bleu=5,
+                              predict=all_at_l0h1, translate_fn=lambda s, g: [list(r) for r in ref[:len(s)]])
+    assert m["survivors"] == [] and m["pairs"] == []
+    assert all(m["single"][0][1][n] == 1.0 for n in needs.NEEDS if m["count"][n])
+
+
+def test_ablation_matrix_of_a_tiny_model_is_its_gated_scores(tiny, shipped):
+    """On a real (tiny, untrained) model, each cell is the base accuracy minus the accuracy with exactly that
+    encoder head's gate at 0 (encoder_gates), computed independently here."""
+    t = tiny
+    m = needs.ablation_matrix(t.params, t.cfg, t.vocab, t.src, t.ref, t.trees, shipped.lex, n_bleu=4)
+    marks = shipped.test.marks[:12]
+    g = needs.encoder_gates(t.cfg, [(0, 1)])
+    assert g["enc"].tolist() == [[1.0, 0.0]] and g["dec_self"].tolist() == [[1.0, 1.0]]
+    off = needs.teacher_forced_scores(needs.teacher_forced_predictions(t.params, t.cfg, t.vocab, t.src, t.ref,
+                                                                       gates=g), marks)
+    for n in needs.NEEDS:
+        if m["base"][n] is not None:
+            assert m["single"][0][1][n] == pytest.approx(m["base"][n] - off[n]["accuracy"])
+    assert len(m["single"]) == 1 and len(m["single"][0]) == 2 and m["n_bleu"] == 4
+
+
+def test_needs_command_writes_a_study_that_loads_and_resumes_from_its_cache(tmp_path, capsys):
+    """``python -m minihead needs`` on a tiny preset: one matrix per seed (every encoder head of every layer, the
+    need counts of the whole test set), a study document that study.load_needs accepts, its figure, and a second
+    run that reads the cached matrices (same document). A document of other settings is refused as stale, naming
+    the command that remakes it."""
+    import json
+    from minihead import study
+    from minihead.cli import main
+    tiny = dict(max_steps=3, eval_every=3, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)
+    out, fig = tmp_path / "needs.json", tmp_path / "needs.png"
+    argv = ["needs", "--config", "quick", "--seeds", "1,2", "--runs", str(tmp_path / "runs"), "--n-bleu", "3",
+            "--n-dev", "6", "--n-ablation", "3",
+            "--study", str(out), "--figure", str(fig), "--set"] + [f"{k}={v}" for k, v in tiny.items()]
+    doc = main(argv)
+    assert "what each encoder head does" in capsys.readouterr().out
+    loaded = study.load_needs(str(out))
+    assert loaded["seeds"] == [1, 2] and loaded["overrides"] == tiny and fig.stat().st_size > 0
+    n_layers = study.prepare("quick", "data_small", **tiny)[3].n_enc_layers
+    test_counts = counts([needs.need_marks(t, synth.Lexicon(SEED)) for t in read_conllu(DATA / "test.conllu")])
+    for p in loaded["per_seed"]:
+        m = p["matrix"]
+        assert len(m["single"]) == n_layers and all(len(r) == 2 for r in m["single"])
+        assert m["count"] == test_counts and m["n_bleu"] == 3
+        assert set(p["instruments"]) == set(needs.INSTRUMENTS.values())
+        assert all(len(v) == n_layers and len(v[0]) == 2 for v in p["instruments"].values())
+    assert set(loaded["agreement"]) == set(needs.INSTRUMENTS)
+    assert main(argv) == doc
+    stale = {**loaded, "overrides": {**tiny, "max_steps": 4}}
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    with pytest.raises(MiniheadError, match=r"stale.json: stale, its preset differs.*minihead needs --seeds"):
+        study.load_needs(str(tmp_path / "stale.json"))
+
+
+def _matrix(lost):
+    """A matrix whose only need (nsubj, 100 marked tokens) loses lost[l][h] / 100 of its accuracy per head."""
+    single = [[{**{n: 0.0 for n in needs.NEEDS}, "nsubj": x / 100, "bleu": 0.0} for x in row] for row in lost]
+    return {"needs": list(needs.NEEDS), "count": {**{n: 0 for n in needs.NEEDS}, "nsubj": 100}, "single": single}
+
+
+def test_instrument_agreement_is_a_pooled_rank_test_against_markers_lost():
+    """markers_lost[l, h] = sum_need drop[l, h, need] x count[need]. An instrument that ranks the 12 heads of each
+    of three seeds as their markers lost agrees (pooled Fisher-z p < 0.05); one that ranks them backwards, or at
+    random-looking order with rho near 0, does not; an instrument a seed lacks is left out."""
+    import random
+    rng = random.Random(0)
+    per_seed = []
+    for _ in range(3):
+        lost = [[rng.uniform(0, 30) for _ in range(2)] for _ in range(6)]
+        m = _matrix(lost)
+        flat = [x for row in lost for x in row]
+        assert [x for row in needs.markers_lost(m) for x in row] == pytest.approx(flat)
+        order = sorted(range(12), key=lambda i: flat[i])
+        scrambled = [0.0] * 12
+        for rank, i in enumerate(order):            # ranks interleaved: rho close to 0
+            scrambled[i] = (rank * 5) % 12
+        as_grid = lambda v: [v[2 * l:2 * l + 2] for l in range(6)]   # noqa: E731
+        per_seed.append((m, {"relevance_abs": {"enc": lost}, "relevance": {"enc": as_grid([-x for x in flat])},
+                             "confidence": {"enc": as_grid(scrambled)}}))
+    out = needs.instrument_agreement(per_seed)
+    names = {a["key"]: a for a in out.values()}
+    assert set(names) == {"relevance_abs", "relevance", "confidence"}
+    assert names["relevance_abs"]["agrees"] and names["relevance_abs"]["rho"] == pytest.approx([1.0] * 3)
+    assert not names["relevance"]["agrees"] and names["relevance"]["pooled"]["rho"] < -0.9
+    assert not names["confidence"]["agrees"] and abs(names["confidence"]["pooled"]["rho"]) < 0.5
