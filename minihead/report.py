@@ -21,7 +21,7 @@ from .data.corpus import REPO_ROOT
 from .errors import MiniheadError
 from .importance import plot_importance, uniform_top_quarter_share
 from .model import GATE_KINDS
-from .study import ROLES_SPLIT, STUDIES, load_studies, load_trace
+from .study import ROLES_SPLIT, STUDIES, load_shipped_study, load_studies, load_trace
 from .train import PRESETS
 
 
@@ -422,22 +422,74 @@ def readme_findings(studies=None):
     return "\n".join(lines)
 
 
+def _rewrite_block(path, markers, block, what):
+    """Replace what lies between the two ``markers`` lines of the file at ``path`` by ``block``; True when the file
+    changed. A file without exactly one pair of markers, in order, is refused naming ``what`` belongs there."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    begin, end = markers
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise MiniheadError(f"{path}: needs one {begin} line and one {end} line after it around {what}")
+    head, rest = text.split(begin)
+    new = f"{head}{begin}\n{block}\n{end}{rest.split(end, 1)[1]}"
+    if new != text:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
+    return new != text
+
+
 def update_readme(path=None):
     """Rewrite the findings table of README.md (between :data:`README_MARKERS`) from the shipped studies
     (:func:`readme_findings`); ``python -m minihead.report --readme`` does it. Returns True when the file
     changed."""
     path = path or os.path.join(str(REPO_ROOT), "README.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    begin, end = README_MARKERS
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise MiniheadError(f"{path}: needs one {begin} line and one {end} line after it around the findings table")
-    head, rest = text.split(begin)
-    new = f"{head}{begin}\n{readme_findings()}\n{end}{rest.split(end, 1)[1]}"
-    if new != text:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(new)
-    return new != text
+    return _rewrite_block(path, README_MARKERS, readme_findings(), "the findings table")
+
+
+EMERGENCE_MARKERS = ("<!-- emergence:begin -->", "<!-- emergence:end -->")
+EMERGENCE_DOC = os.path.join("docs", "experiments.md")
+EMERGENCE_STUDIES = (("emerge", "needs"), ("emerge-control", "control"))   # shipped study, language, in order
+
+
+def _emergence_row(label, p):
+    """One seed of an emergence study (its per-seed record) as a row of :func:`emergence_studies_block`."""
+    pos, syn, rare = (p["findings"][k] for k in ("positional", "syntactic", "rare_word"))
+    best = (f"{pos['offset']:+d} L{pos['head'][0]}H{pos['head'][1]}: {pos['share']:.2f}, {pos['confidence']:.2f}"
+            if pos.get("head") else "-")
+    heads = ", ".join(f"L{l}H{h} {o:+d}" for l, h, o in pos.get("heads", [])) or "none"
+    held = set(syn.get("relations_held", []))
+    rels = ", ".join((f"**{r} {m * 100:+.0f}**" if r in held else f"{r} {m * 100:+.0f}")
+                     for r, _, m in sorted(syn.get("best_margins", []), key=lambda x: -x[2]))
+    rw = (f"L{rare['head'][0]}H{rare['head'][1]}: {rare['share']:.2f} / {rare['chance']:.2f}"
+          if rare.get("share") is not None and rare.get("head") else "n/a")
+    return f"| {label} | {p['seed']} | {p['dev_bleu']:.1f} | {best} | {heads} | {rels or '-'} | {rw} |"
+
+
+def emergence_studies_block(studies=None):
+    """The default preset's head functions on the language that needs them and on its control, one row per seed,
+    then each study's findings table (:func:`minihead.findings.findings_table`), rendered from the shipped
+    emergence studies (:data:`EMERGENCE_STUDIES`, read by :func:`minihead.study.load_shipped_study`, which refuses a
+    stale one) for docs/experiments.md. ``studies``: {name: document}, default the shipped files."""
+    if studies is None:
+        studies = {name: load_shipped_study(name) for name, _ in EMERGENCE_STUDIES}
+    lines = ["| language | seed | dev BLEU | best +-1 head: share, confidence | positional heads (share >= "
+             f"{findings.POSITIONAL_SHARE:g}) | syntactic relations: best margin over the offset baseline, points "
+             f"(bold: >= {findings.SYNTACTIC_MARGIN * 100:.0f}) | best first-layer head on the rarest token: "
+             "share / chance |", "|---|---|---|---|---|---|---|"]
+    for name, label in EMERGENCE_STUDIES:
+        lines += [_emergence_row(label, p) for p in studies[name]["per_seed"]]
+    for name, label in EMERGENCE_STUDIES:
+        doc = studies[name]
+        lines += ["", f"*{label}* (`chapters/studies/{name}.json`, {len(doc['seeds'])} seeds, roles on the dev "
+                  "trees):", "", findings.findings_table(doc["summary"])]
+    return "\n".join(lines)
+
+
+def update_emergence_doc(path=None):
+    """Rewrite the emergence tables of docs/experiments.md (between :data:`EMERGENCE_MARKERS`) from the shipped
+    emergence studies (:func:`emergence_studies_block`). Returns True when the file changed."""
+    path = path or os.path.join(str(REPO_ROOT), EMERGENCE_DOC)
+    return _rewrite_block(path, EMERGENCE_MARKERS, emergence_studies_block(), "the emergence tables")
 
 
 README_FIGURE = os.path.join("docs", "figures", "emergence.png")
@@ -689,6 +741,8 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] != ["--readme"]:
         raise SystemExit("usage: python -m minihead.report --readme  (rewrites README.md's findings table and its "
-                         "figure from chapters/studies/; the study itself is `python -m minihead reproduce`)")
+                         "figure, and docs/experiments.md's emergence tables, from chapters/studies/; the studies "
+                         "themselves are `python -m minihead reproduce` and `emergence`)")
     print("README.md " + ("updated" if update_readme() else "already up to date"))
+    print(f"{EMERGENCE_DOC} " + ("updated" if update_emergence_doc() else "already up to date"))
     print(f"{readme_figure()} drawn from the shipped traces")

@@ -318,7 +318,8 @@ def emergence_doc(results, config, data, n_trees, overrides):
     return {"study": config, "data": _relative(data), "seeds": [r.seed for r in results],
             "blas_threads": blas_threads(), "per_seed": per_seed,
             "summary": findings.summarize([p["findings"] for p in per_seed]),
-            "provenance": emergence_provenance(config, data, n_trees, overrides)}
+            "provenance": {**emergence_provenance(config, data, n_trees, overrides),
+                           "criteria": findings.CRITERIA_VERSION}}
 
 
 NEEDS_STUDY = os.path.join(STUDIES, "needs.json")   # the shipped head x need matrices of the default preset
@@ -404,7 +405,8 @@ def load_shipped_study(name="quick"):
         if doc.get("study", name) != name or doc.get("data", "data_small") != "data_small":
             remake = (f"remake it with `python -m minihead emergence --config {doc.get('study', name)} --seeds 1,2,3 "
                       f"--data {doc.get('data', 'data_small')} --study chapters/studies/{name}.json`")
-        want = emergence_provenance(doc.get("study", name), data, have.get("n_trees"), {})
+        want = {**emergence_provenance(doc.get("study", name), data, have.get("n_trees"), {}),
+                "criteria": findings.CRITERIA_VERSION}   # judged by today's criteria
     check_provenance(path, have, want, remake)
     return doc
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minihead import emergence
-from minihead import cli, report, stages, study
+from minihead import cli, findings, report, stages, study
 from minihead.data.corpus import REPO_ROOT
 from minihead.cli import main
 
@@ -68,17 +68,23 @@ def test_emergence_prunes_encoder_heads_and_judges_survivors(tmp_path):
 
 def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path, monkeypatch):
     """A study written by `emergence --study` is read by study.load_shipped_study(preset name) when its
-    provenance is today's preset (no overrides) and data_small's content hash; a study made with other settings
-    is refused as stale, naming the command that remakes it."""
+    provenance is today's preset (no overrides), data_small's content hash and today's criteria; a study judged
+    by other criteria or made with other settings is refused as stale, naming the command that remakes it."""
     from minihead.errors import MiniheadError
     from minihead.train import PRESETS
     monkeypatch.setattr(study, "STUDIES", str(tmp_path))
     data = str(pathlib.Path(str(REPO_ROOT)) / "data_small")
-    doc = {"study": "quick", "summary": {}, "provenance": study.emergence_provenance("quick", data, None, {})}
+    criteria = {"criteria": findings.CRITERIA_VERSION}
+    doc = {"study": "quick", "summary": {},
+           "provenance": {**study.emergence_provenance("quick", data, None, {}), **criteria}}
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
     monkeypatch.setitem(PRESETS, "emerge-like", PRESETS["quick"])
     assert study.load_shipped_study("emerge-like")["summary"] == {}
-    doc["provenance"] = study.emergence_provenance("quick", data, None, {"max_steps": 7})
+    old = {**doc, "provenance": {**doc["provenance"], "criteria": findings.CRITERIA_VERSION - 1}}
+    (tmp_path / "emerge-like.json").write_text(json.dumps(old))
+    with pytest.raises(MiniheadError, match=r"stale, its criteria differs"):
+        study.load_shipped_study("emerge-like")
+    doc["provenance"] = {**study.emergence_provenance("quick", data, None, {"max_steps": 7}), **criteria}
     (tmp_path / "emerge-like.json").write_text(json.dumps(doc))
     with pytest.raises(MiniheadError, match=r"stale, its preset differs.*emergence --config quick --seeds"):
         study.load_shipped_study("emerge-like")
@@ -92,7 +98,8 @@ def test_shipped_emergence_study_of_the_control_is_checked_against_the_control(t
     monkeypatch.setattr(study, "STUDIES", str(tmp_path))
     control = str(pathlib.Path(str(REPO_ROOT)) / "data_small" / "control")
     doc = {"study": "quick", "data": "data_small/control", "summary": {},
-           "provenance": study.emergence_provenance("quick", control, None, {})}
+           "provenance": {**study.emergence_provenance("quick", control, None, {}),
+                          "criteria": findings.CRITERIA_VERSION}}
     (tmp_path / "quick-control.json").write_text(json.dumps(doc))
     assert study.load_shipped_study("quick-control")["data"] == "data_small/control"
     (tmp_path / "quick-control.json").write_text(json.dumps({**doc, "data": "data_small"}))
