@@ -17,8 +17,10 @@
 # 3. measures, on the trained model of chapter 1, the relevance of every head beside its confidence, the gradient
 #    score of Michel et al. (2019) and the BLEU lost when the head alone is switched off, and how well these rankings
 #    agree;
-# 4. ends with the paper's two claims about importance judged over a study of several seeds (one trained model
-#    alone cannot tell a finding from an accident of its seed).
+# 4. judges the paper's two claims about importance over a study of several seeds (one trained model alone cannot
+#    tell a finding from an accident of its seed);
+# 5. judges every measure against ground truth: on this project's language it is known which source word each
+#    target marker needs, so switching each head off says which head does which job.
 #
 # The rules live in `minihead/lrp_rules.py` (one small named function each, in the registry `RULES`, re-exported by
 # `minihead/lrp.py`, which runs the propagation), their slow textbook twins in `minihead/lrp_reference.py`, the
@@ -593,6 +595,82 @@ assert alive["z-rule"] < 1e-9 and alive["official"] < 1e-9, alive      # conserv
 for R_ in (rel, rel_off):
     assert all(bool(xp.all(R_[k] >= 0)) and bool(xp.allclose(R_[k].sum(-1), 1.0)) for k in KINDS)
 print(f"\nevery check of the method holds ({scale} scale)")
+
+# %% [markdown]
+# ## 5. Which head does which job? The measures against ground truth
+#
+# Every measure above is an *instrument*: it claims to find the heads that do the work, and on a real corpus
+# nobody knows which heads those are, so an instrument can only be compared with another. The language of
+# `data_small/` is different: it is built so that some target markers depend on ANOTHER source word, its *needs*
+# (`minihead/needs.py`):
+#
+# * **sandhi**: the ending of a determiner, adjective, adverb, verb or frequent noun is chosen by the first letter
+#   of the NEXT source word (a +1 positional need);
+# * **nsubj** and **obj**: the subject's and the object's case suffix is chosen by their verb's hidden class;
+# * **advmod**: the adverb's suffix is chosen by its verb's class;
+# * **amod**: the adjective's gender suffix is chosen by its noun.
+#
+# The generator's rules and the gold trees say, for every reference token, which markers it carries, so the
+# accuracy of each need can be counted exactly. Switching one encoder head off and counting again says what that
+# head does, with no importance measure in the loop: the **head x need matrix**,
+#
+# $$\mathrm{drop}_{l,h}(\text{need}) = \mathrm{acc}(\text{need} \mid \text{all heads}) - \mathrm{acc}(\text{need}
+# \mid \text{head } (l, h) \text{ off}),$$
+#
+# measured under teacher forcing on the test set (and BLEU on greedy translations beside it). A need that no single
+# head breaks is tried on the pairs of heads of one layer: two heads may do the job twice.
+#
+# From the matrix, one number per head: how many marked test tokens go wrong when it is switched off,
+# $\mathrm{lost}_{l,h} = \sum_\text{need} \mathrm{drop}_{l,h}(\text{need}) \cdot \mathrm{count}(\text{need})$.
+# An instrument that finds the heads doing the heavy lifting should rank heads as `lost` does. Each one is judged
+# by Spearman's $\rho$ against `lost` over the encoder heads of each seed, pooled over the seeds by Fisher's z, and
+# said to agree only at p < `findings.ALPHA` (`needs.instrument_agreement`).
+#
+# The matrices below are those of the full study's models (the `default` preset, three seeds), made by
+# `python -m minihead needs --seeds 1,2,3 --study chapters/studies/needs.json`: switching each head off costs
+# a few minutes a seed, so this chapter reads the shipped study in both modes.
+
+# %%
+from minihead import needs
+from minihead.report import instrument_table, need_matrix_table, plot_need_matrix
+from minihead.study import load_needs
+
+shipped_needs = load_needs()           # refused, with the command that remakes it, when stale
+fig = plot_need_matrix(shipped_needs)
+plt.show()
+first = shipped_needs["per_seed"][0]
+print(f"seed {first['seed']}, every cell in points:\n")
+print(need_matrix_table(first["matrix"]))
+for p_ in shipped_needs["per_seed"]:
+    jobs = {n: needs.doers(p_["matrix"], n) for n in needs.NEEDS}
+    print(f"\nseed {p_['seed']}: the heads whose removal alone costs a need at least "
+          f"{100 * needs.SURVIVES:.0f} points: " + "; ".join(f"{n} {', '.join(h) or 'none'}" for n, h in jobs.items()))
+
+# %% [markdown]
+# Compare the seeds: the needs are the same in every seed, the heads that meet them need not be, nor their layers.
+# Chapter 3 finds heads by where they attend (a +1 head, a head from the subject to its verb); the matrix finds
+# them by what breaks without them. The two need not name the same heads, and where they differ the matrix is the
+# one that measured the job.
+#
+# Now the instruments. The table ranks each against the markers lost; the cell re-derives the verdicts from the
+# per-seed numbers stored in the study, so what it prints is what the study says.
+
+# %%
+print(instrument_table(shipped_needs["agreement"]))
+again = needs.instrument_agreement([(p_["matrix"], {k: {"enc": v} for k, v in p_["instruments"].items()})
+                                    for p_ in shipped_needs["per_seed"]])
+assert {n: a["agrees"] for n, a in again.items()} == {n: a["agrees"] for n, a in shipped_needs["agreement"].items()}
+agree = [n for n, a in again.items() if a["agrees"]]
+print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): " + (", ".join(agree) or "none")
+      + "\ndo not: " + (", ".join(n for n in again if n not in agree) or "none"))
+
+# %% [markdown]
+# Read the table with section 3 in mind. Every LRP share is a share *of its layer*: it can say which head of a
+# layer matters more, not whether a layer matters at all, so a layer whose heads both do little still hands out
+# shares that sum to one. Ablation and Michel importance have no such normalisation. And with two heads a layer,
+# a magnitude share near one half says little (section 3.3 prints how far from even they are). Whatever the
+# verdicts, the matrix is the reference: a measure that disagrees with it is not finding the heads that do the
+# work on this language, and that is worth knowing before trusting it on a language where no matrix can be made.
 
 # %% [markdown]
 # ## Exercises

@@ -263,6 +263,21 @@ def doers(matrix, need, at_least=SURVIVES):
     return [name for _, name in sorted(cells, key=lambda c: -c[0])]
 
 
+def carriers(matrix, share=0.8):
+    """The fewest encoder heads that together carry ``share`` of all need damage: heads in decreasing order of
+    :func:`markers_lost` (only heads whose removal loses markers) until their sum reaches ``share`` of the total.
+    Returns [(head name, markers lost)]; empty when no single removal loses any marker."""
+    lost = sorted(((x, f"L{l}H{h}") for l, row in enumerate(markers_lost(matrix)) for h, x in enumerate(row) if x > 0),
+                  key=lambda c: (-c[0], c[1]))   # ties in head order
+    total, out, acc = sum(x for x, _ in lost), [], 0.0
+    for x, name in lost:
+        if total == 0 or acc >= share * total:
+            break
+        out.append((name, x))
+        acc += x
+    return out
+
+
 # --------------------------------------------------------------------------- the instruments judged by the matrix
 # instrument -> the key of its per-head scores in an importance stage (minihead.stages.importance_stage)
 INSTRUMENTS = {"LRP relevance, z-rule, magnitude shares (sec. 4)": "relevance_abs",

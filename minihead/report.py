@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from . import backend, checkpoint, figures, findings, paper
+from . import backend, checkpoint, figures, findings, needs, paper
 from .analysis import format_positional, format_rare, format_table
 from .backend import xp
 from .data.corpus import REPO_ROOT
@@ -627,6 +627,7 @@ def emergence_table(results):
     return "\n".join(lines)
 
 
+CARRIED = 0.8   # the share of all need damage whose carriers the matrix table names (needs.carriers)
 NEED_NAMES = {"sandhi": "sandhi (+1)", "nsubj": "nsubj case", "obj": "obj case", "advmod": "adverb suffix",
               "amod": "adjective gender"}
 
@@ -655,6 +656,10 @@ def need_matrix_table(m):
         lines.append(f"| L{p['layer']}H{p['heads'][0]} + L{p['layer']}H{p['heads'][1]} | "
                      + " | ".join(fmt(_drop_points(p, n)) for n in cols) + " |")
     lines.append("")
+    top = needs.carriers(m, CARRIED)
+    lines.append(f"heads carrying {100 * CARRIED:.0f}% of all need damage (markers lost when each is switched off "
+                 f"alone): {len(top)} of {sum(map(len, m['single']))}" + (" (" + ", ".join(
+                     f"{name} {x:.0f}" for name, x in top) + ")" if top else ""))
     counts = ", ".join(f"{n} {m['count'][n]}" for n in m["needs"])
     lines.append(f"marked tokens: {counts}; needs no single head "
                  f"breaks (drop under {100 * m['survives']:.0f} points): {', '.join(m['survivors']) or 'none'}")

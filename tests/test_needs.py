@@ -405,3 +405,13 @@ def test_instrument_agreement_is_a_pooled_rank_test_against_markers_lost():
     assert names["relevance_abs"]["agrees"] and names["relevance_abs"]["rho"] == pytest.approx([1.0] * 3)
     assert not names["relevance"]["agrees"] and names["relevance"]["pooled"]["rho"] < -0.9
     assert not names["confidence"]["agrees"] and abs(names["confidence"]["pooled"]["rho"]) < 0.5
+
+
+def test_carriers_are_the_fewest_heads_with_most_of_the_damage():
+    """carriers(share): heads by decreasing markers lost, taken until their sum reaches that share of the total
+    markers lost (heads that lose none are never carriers; no damage, no carriers)."""
+    m = _matrix([[50, 0], [30, 10], [10, -5]])             # total positive damage 100
+    assert [name for name, _ in needs.carriers(m, 0.8)] == ["L0H0", "L1H0"]
+    assert [name for name, _ in needs.carriers(m, 0.5)] == ["L0H0"]
+    assert [name for name, _ in needs.carriers(m, 1.0)] == ["L0H0", "L1H0", "L1H1", "L2H0"]
+    assert needs.carriers(_matrix([[0, 0], [0, -3]])) == []

@@ -216,3 +216,22 @@ def test_readme_figure_is_drawn_from_the_shipped_traces(tmp_path):
     assert f"]({report.README_FIGURE})" in text and (ROOT / report.README_FIGURE).stat().st_size > 0
     out = report.readme_figure(str(tmp_path / "f.png"))
     assert pathlib.Path(out).stat().st_size > 0
+
+
+def test_experiments_emergence_tables_are_rendered_from_the_shipped_emergence_studies():
+    """docs/experiments.md's emergence tables (between report.EMERGENCE_MARKERS) are exactly
+    report.emergence_studies_block() of the shipped emergence studies (chapters/studies/emerge.json on the language
+    that needs the head functions, emerge-control.json on its control; each refused when stale): one row per seed
+    of each, then each study's findings table."""
+    from minihead.study import load_shipped_study
+    text = (ROOT / report.EMERGENCE_DOC).read_text()
+    begin, end = report.EMERGENCE_MARKERS
+    have = text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+    want = report.emergence_studies_block()
+    diff = "\n".join(difflib.unified_diff(have.splitlines(), want.splitlines(), "docs", "rendered", lineterm=""))
+    assert have == want, f"{report.EMERGENCE_DOC}'s emergence tables differ from the shipped studies'; run " \
+                         f"`{REGENERATE}`\n{diff}"
+    rows = [line for line in want.split("\n\n")[0].splitlines()[2:]]
+    seeds = {name: load_shipped_study(name)["seeds"] for name, _ in report.EMERGENCE_STUDIES}
+    assert [r.split("|")[1].strip() for r in rows] == [label for name, label in report.EMERGENCE_STUDIES
+                                                       for _ in seeds[name]]

@@ -308,3 +308,16 @@ def test_shipped_seeds_of_the_full_study_are_current_and_merge():
     merged = study.merge_seeds(docs)
     assert merged["seeds"] == sorted(d["seeds"][0] for d in docs)
     assert set(merged["summary"]) == set(findings.FINDINGS)
+
+
+def test_shipped_full_study_is_the_merge_of_its_shipped_seeds():
+    """chapters/studies/full.json, the study the README and the chapters' full mode judge by, is today's (its
+    provenance checked by load_shipped_study) and is exactly the merge of the shipped single-seed studies
+    chapters/studies/seeds/full-seed-K.json: the same seeds, per-seed records and summary, so no number in it
+    comes from anywhere else."""
+    full = study.load_shipped_study("full")
+    files = sorted((pathlib.Path(study.STUDIES) / "seeds").glob("full-seed-*.json"))
+    merged = study.merge_seeds([study.read_study(str(f)) for f in files])
+    assert full["seeds"] == merged["seeds"] == [1, 2, 3]
+    assert full["per_seed"] == merged["per_seed"]
+    assert full["summary"] == checkpoint.plain(merged["summary"])
