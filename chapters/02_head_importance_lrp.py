@@ -691,3 +691,6 @@ print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): " + (", ".
 # 4. **Michel importance is a gate gradient.** Check `info["dgates"]` of `model.loss_and_grads(..., gates=ones)` against central differences of the loss in each gate, then `importance.michel_importance` against $|\partial L/\partial \xi|$ over each layer's L2 norm.
 #    - *Hint:* Use `numerical_grad` on the gate array itself, read by `model.loss_forward(..., gates=gates)`.
 #    - Solution: `solutions/02_solutions.py`, `exercise_4`.
+# 5. **Who carries the damage?** From the shipped head x need study (`study.load_needs()`), recompute each head's markers lost by hand, $\sum_\text{need} \mathrm{drop}\cdot\mathrm{count}$, and check that the heads `needs.carriers` names carry at least 80% of the total, and that without the last of them they do not.
+#    - *Hint:* A cell of `matrix["single"][l][h]` holds the drop of each need (None where the need is absent); `matrix["count"]` how many test tokens carry it.
+#    - Solution: `solutions/02_solutions.py`, `exercise_5`.

@@ -458,7 +458,7 @@ def _emergence_row(label, p):
             if pos.get("head") else "-")
     heads = ", ".join(f"L{l}H{h} {o:+d}" for l, h, o in pos.get("heads", [])) or "none"
     held = set(syn.get("relations_held", []))
-    rels = ", ".join((f"**{r} {m * 100:+.0f}**" if r in held else f"{r} {m * 100:+.0f}")
+    rels = ", ".join((f"**{r} {round(m * 100):+d}**" if r in held else f"{r} {round(m * 100):+d}")
                      for r, _, m in sorted(syn.get("best_margins", []), key=lambda x: -x[2]))
     rw = (f"L{rare['head'][0]}H{rare['head'][1]}: {rare['share']:.2f} / {rare['chance']:.2f}"
           if rare.get("share") is not None and rare.get("head") else "n/a")

@@ -113,6 +113,26 @@ def exercise_4():
         assert bool(xp.allclose(got, want, atol=1e-12)), k
 
 
+def exercise_5():
+    """Who carries the need damage: from the shipped head x need study (chapters/studies/needs.json), each
+    head's markers lost recomputed by hand, sum over needs of drop x count, equal to needs.markers_lost; the heads
+    needs.carriers names carry at least 80% of the positive total, and without the last of them less than 80%."""
+    from minihead import needs
+    from minihead.study import load_needs
+    doc = load_needs()
+    for p in doc["per_seed"]:
+        m = p["matrix"]
+        by_hand = [[sum((cell[n] or 0.0) * m["count"][n] for n in m["needs"]) for cell in row] for row in m["single"]]
+        assert by_hand == needs.markers_lost(m)
+        lost = {f"L{l}H{h}": x for l, row in enumerate(by_hand) for h, x in enumerate(row)}
+        total = sum(x for x in lost.values() if x > 0)
+        names = [name for name, _ in needs.carriers(m, 0.8)]
+        print(f"seed {p['seed']}: {len(names)} of {len(lost)} heads carry 80% of {total:.0f} markers lost: "
+              + ", ".join(names))
+        assert sum(lost[n] for n in names) >= 0.8 * total
+        assert not names or sum(lost[n] for n in names[:-1]) < 0.8 * total
+
+
 if __name__ == "__main__":
     from run_exercises import main   # beside this file: the runner every solution file shares
     main(globals(), sys.argv[1:])
