@@ -341,16 +341,22 @@ def validate_reproduce(a):
         check_not_locked(folder)
 
 
-def validate_emergence(a):
+def _validate_seeded_preset(a):
+    """What emergence and needs check alike: the seeds, the --set overrides of the preset, the data folder read as
+    data_small is (load_study: text and the trees of dev and test) and the runs folder."""
     a.seeds_list = parse_seeds(a.seeds)
     a.settings = parse_settings(a.set)
     if "seed" in a.settings:
         raise UsageError("--set seed=...: give the seeds with --seeds")
     check_settings(*preset(a.config, 100, **a.settings))
-    check_data(a, ("train", "dev", "test"))   # read as data_small is (load_study): text and trees of dev and test
+    check_data(a, ("train", "dev", "test"))
     for split in ("dev", "test"):
         check_input_file(os.path.join(a.data, f"{split}.conllu"), f"{split} trees ({split}.conllu)")
     check_output_folder(a.runs, "--runs")
+
+
+def validate_emergence(a):
+    _validate_seeded_preset(a)
     if a.json:
         check_output_file(a.json, "--json")
     if a.study:
@@ -381,16 +387,8 @@ def validate_emergence(a):
 
 
 def validate_needs(a):
-    a.seeds_list = parse_seeds(a.seeds)
-    a.settings = parse_settings(a.set)
-    if "seed" in a.settings:
-        raise UsageError("--set seed=...: give the seeds with --seeds")
-    check_settings(*preset(a.config, 100, **a.settings))
     a.data = DATA       # the needs are data_small's (its generator's rules and lexicon); no other corpus has them
-    check_data(a, ("train", "dev", "test"))
-    for split in ("dev", "test"):
-        check_input_file(os.path.join(a.data, f"{split}.conllu"), f"{split} trees ({split}.conllu)")
-    check_output_folder(a.runs, "--runs")
+    _validate_seeded_preset(a)
     if a.study:
         check_output_file(a.study, "--study")
     if a.figure:

@@ -345,11 +345,28 @@ README_STUDIES = (("full", "full mode"), ("quick", "quick mode"))   # shipped st
 # where the study says it does not hold everywhere; a study in which a finding fails with no sentence here is
 # refused by readme_findings, so the README never states a failure without its reason (or "not measured").
 WHY_NOT = {
-    ("relevance_ablation", "full"): "the rank agreement changes sign with the seed (each seed's rho beside), so the "
-                                    "pooled test cannot tell it from none",
-    ("dec_enc_last", "full"): "in every run that pruned a decoder head, decoder self-attention and decoder-encoder "
-                              "attention kept the same share of their heads (a tie, which the paper's order does "
-                              "not allow)",
+    ("role_relevance", "full"): "the heads with a role get no more LRP relevance than their neighbours (the "
+                                "difference beside): with two heads a layer, whose shares sum to one, each role head "
+                                "is ranked against one other head, and the pooled test cannot tell the two apart",
+    ("role_ablation", "full"): "removing a head with a role does not cost more BLEU than removing one without in a "
+                               "way the pooled test can tell from chance (the differences beside); chapter 2's head x "
+                               "need matrix names the heads the translation needs",
+    ("confident", "full"): "the rank agreement is positive but weak (each seed's rho beside), and pooled over the "
+                           "seeds it does not reach p < 0.05",
+    ("rare_word", "full"): "no first-layer head points at the rarest token half of the time (its share is near "
+                           "chance, beside); presumably no rule of the synthetic language needs it (rare nouns "
+                           "translate word for word)",
+    ("prunable", "full"): "against the step-matched reference, every seed needs well over a third of its twelve "
+                          "encoder heads to stay within 1 BLEU (the knee beside): with two heads a layer, few heads "
+                          "are spare",
+    ("functions_survive", "full"): "the run keeping about a third of the heads has lost functions the unpruned model "
+                                   "had (left / before beside)",
+    ("role_closing", "full"): "the heads with a role are not the last to close: the rank agreement between a head's "
+                              "role score and the lambda that closes it is negative (beside)",
+    ("positional", "full"): "where it fails, the best +1 head sits just under 90% of its argmaxes at 2,400 steps "
+                            "(the share beside)",
+    ("dec_enc_last", "full"): "where it fails, decoder self-attention and decoder-encoder attention kept the same "
+                              "share of their heads (a tie, which the paper's strict order does not allow)",
     ("role_relevance", "quick"): "the heads with a role are not the ones LRP ranks high on this small model (the "
                                  "role heads' mean is below the others'); why is not measured here",
     ("role_ablation", "quick"): "removing a head with a role costs less BLEU than removing one without, on average; "
