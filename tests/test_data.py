@@ -33,10 +33,10 @@ def sample(lex):
 # ---- shipped data ---------------------------------------------------------------------------------
 def test_regenerating_data_small_is_byte_identical(tmp_path):
     """python -m minihead.data.synth --seed 1234 regenerates data_small/ byte for byte, and the same command
-    with --control regenerates data_small/control/ (same file names, same bytes); all shipped data stays
-    under 12 MiB."""
+    with --control regenerates data_small/control/ and with --matched data_small/matched/ (same file names, same
+    bytes); all shipped data (three languages of 32,000 pairs) stays under 18 MiB."""
     total = 0
-    for sub, extra in (("", []), ("control", ["--control"])):
+    for sub, extra in (("", []), ("control", ["--control"]), ("matched", ["--matched"])):
         out, shipped_dir = tmp_path / (sub or "main"), DATA / sub
         synth.main(["--out", str(out), "--seed", str(SEED)] + extra)
         shipped = sorted(p.name for p in shipped_dir.iterdir() if p.is_file())
@@ -44,8 +44,8 @@ def test_regenerating_data_small_is_byte_identical(tmp_path):
         for name in shipped:
             assert (out / name).read_bytes() == (shipped_dir / name).read_bytes(), f"{sub}/{name}"
         total += sum((shipped_dir / n).stat().st_size for n in shipped)
-    assert sorted(p.name for p in DATA.iterdir() if p.is_dir()) == ["control"]
-    assert total < 12 * 2**20
+    assert sorted(p.name for p in DATA.iterdir() if p.is_dir()) == ["control", "matched"]
+    assert total < 18 * 2**20
 
 
 def test_cli_small_sizes_and_train_conllu(tmp_path):
@@ -230,6 +230,42 @@ def test_control_language_has_the_same_words_without_the_needs(lex):
                 assert tc in lex.by_form[c.tree.tokens[i]][0].tgt
     # Both variants draw the synonyms identically: the control is the needs language with the needs removed.
     assert sum(p.tgt != c.tgt for p, c in zip(needs, control)) > 250
+
+
+def test_matched_control_keeps_every_suffix_and_sets_it_from_the_word_itself(lex):
+    """The matched control (needs=False, matched=True) translates the same trees into the same number of target
+    tokens, with a suffix on exactly the tokens that carry one in the needs language, but each suffix is a
+    function of the word that carries it: the sandhi ending S(own initial), an adjective's gender suffix
+    GENDER_SUFFIX[own_class(adj, 3)], an adverb's ADV_SUFFIX[own_class(adv, 3)], a subject or object noun's case
+    (subj_case_tgt + case_tgt)[own_class(noun singular, 6)] whatever its verb or role, and the particle after a
+    name the same by the name, aligned to the name."""
+    needs = synth.generate(300, SEED, lex)
+    matched = synth.generate(300, SEED, lex, needs=False, matched=True)
+    cases = lex.subj_case_tgt + lex.case_tgt
+    forms = collections.defaultdict(set)   # (source form, role) -> target tokens, over the whole sample
+    for p, m in zip(needs, matched):
+        assert p.src == m.src and len(p.tgt) == len(m.tgt)
+        for k, (tn, tm) in enumerate(zip(p.tgt, m.tgt)):
+            assert ("-" in tn) == ("-" in tm), (tn, tm)
+            i, t = m.align[k], m.tree
+            if "-" in tm:
+                assert tm.endswith("-" + synth.SANDHI[synth.sandhi_class(t.tokens[i])])
+            base = tm.split("-")[0]
+            if t.upos[i] == "ADJ":
+                assert base.endswith(synth.GENDER_SUFFIX[synth.own_class(t.tokens[i], 3)])
+            elif t.upos[i] == "ADV":
+                assert base.endswith(synth.ADV_SUFFIX[synth.own_class(t.tokens[i], 3)])
+            elif t.upos[i] == "NOUN" and t.deprels[i] in ("nsubj", "obj"):
+                noun = lex.by_form[t.tokens[i]][0]
+                assert base.endswith(cases[synth.own_class(noun.src[0], 6)])
+            elif t.upos[i] == "PROPN" and tm != t.tokens[i]:   # the particle after a name, aligned to the name
+                assert tm == cases[synth.own_class(t.tokens[i], 6)] and t.deprels[i] in ("nsubj", "obj")
+            forms[(t.tokens[i], t.deprels[i] in ("nsubj", "obj"))].add(tm)
+    # Given the word and whether it is an argument, only the synonym choice varies: at most two target tokens
+    # (a name: itself and its particle), where the needs language gives a word many (endings, verb classes).
+    assert max(len(v) for v in forms.values()) <= 2
+    with pytest.raises(ValueError):
+        synth.generate(1, SEED, lex, needs=True, matched=True)
 
 
 def _entry(pool, synonyms=False):

@@ -18,12 +18,15 @@ tree and the lexicon, plus a seeded choice between synonyms (:func:`translate`):
 
 Word forms are generated pronounceably from the seed; frequent words have Zipfian frequencies and
 a long tail of names and rare nouns occurs only a handful of times each.
-``python -m minihead.data.synth --out data_small --seed 1234`` writes the shipped data set.
+``python -m minihead.data.synth --out data_small --seed 1234`` writes the shipped data set; ``--control`` the
+control language (no needs) and ``--matched`` the matched control (the same suffixes, each set by the word that
+carries it), shipped in ``data_small/control`` and ``data_small/matched``.
 """
 import argparse
 import collections
 import pathlib
 import random
+import zlib
 from dataclasses import dataclass
 
 from .conllu_io import Sentence, write_conllu
@@ -358,8 +361,22 @@ def sandhi_class(token):
     return next((k for k, g in enumerate(SANDHI_GROUPS) if c in g), 0)
 
 
-def translate(tree, lex, rng, needs=True, particles=False):
+def own_class(form, n):
+    """A hidden class of a word of its OWN, in 0..n-1, for the matched control: a fixed function of the source
+    form (CRC-32, stable across runs and machines), so like a noun's gender it is a lexical property the
+    encoder can learn from the word alone, with no neighbour or relative to consult."""
+    return zlib.crc32(form.encode("utf-8")) % n
+
+
+def translate(tree, lex, rng, needs=True, particles=False, matched=False):
     """Target tokens and alignment for a source tree (see the module docstring for the rules).
+
+    ``matched=True`` (with ``needs=False``) is the matched control: every suffix the needs language sets from
+    ANOTHER word is set from the word itself, so the suffix inventory and the tokens that carry a suffix stay
+    those of the needs language and only the non-locality goes: the sandhi ending by the word's own initial
+    letter, the adjective's gender suffix and the adverb's class suffix by the word's :func:`own_class`, the case
+    of a subject or object noun (or the particle after a name) by the noun's own class among all six case
+    markers, whatever its verb or role (the particle is then aligned to the name).
 
     ``needs=False`` is the control language: the same words in the same order, but no form depends on
     a word other than the one it translates (no sandhi ending, no case on the subject and object nouns
@@ -377,6 +394,8 @@ def translate(tree, lex, rng, needs=True, particles=False):
     its own cross-attention when it writes the particle, and with the emerge preset no nsubj or obj encoder
     head appeared (best obj margin +6 points over three seeds; README's experiment log).
     """
+    if matched and (needs or particles):
+        raise ValueError("matched=True is a control: it takes needs=False and fused cases (particles=False)")
     n = len(tree)
     kids = [[] for _ in range(n)]
     root = None
@@ -390,11 +409,15 @@ def translate(tree, lex, rng, needs=True, particles=False):
     def emit(word, i, sandhi=False):
         if sandhi and needs:   # the ending is chosen by the NEXT source token, which only the encoder sees
             word = f"{word}-{SANDHI[sandhi_class(tree.tokens[i + 1])]}"
+        elif sandhi and matched:   # the matched control: by the word's OWN initial
+            word = f"{word}-{SANDHI[sandhi_class(tree.tokens[i])]}"
         out.append(word)
         align.append(i)
 
     def child(i, rel):
         return [k for k in kids[i] if tree.deprels[k] == rel]
+
+    all_cases = lex.subj_case_tgt + lex.case_tgt   # the matched control draws from all six case markers
 
     def stem(e):
         if len(e.tgt) > 1 and rng.random() >= P["synonym_first"]:
@@ -421,16 +444,21 @@ def translate(tree, lex, rng, needs=True, particles=False):
             emit(lex.and_tgt, c)
         if tree.upos[i] == "PROPN":
             emit(tree.tokens[i], i)  # names are copied
-            if case is not None:     # the control: one particle for both roles (no role or class to fetch)
+            if case is not None and matched:   # the name's own case marker, aligned to the name
+                emit(all_cases[own_class(tree.tokens[i], len(all_cases))], i)
+            elif case is not None:   # the control: one particle for both roles (no role or class to fetch)
                 emit(case[0] if needs else lex.subj_case_tgt[0], case[1])
         else:
             e, number = lex.by_form[tree.tokens[i]]
             for d in child(i, "det"):
                 emit(lex.det_tgt[tree.tokens[d]], d, sandhi=True)
             for a in child(i, "amod"):   # before the noun, agreeing with its gender (unseen in the source)
-                emit(stem(lex.by_form[tree.tokens[a]][0]) + (GENDER_SUFFIX[e.gender] if needs else ""), a,
-                     sandhi=True)
+                gender = (GENDER_SUFFIX[e.gender] if needs else
+                          GENDER_SUFFIX[own_class(tree.tokens[a], len(GENDER_SUFFIX))] if matched else "")
+                emit(stem(lex.by_form[tree.tokens[a]][0]) + gender, a, sandhi=True)
             fused = case[0] if case is not None and needs else ""    # the control's nouns carry no case
+            if case is not None and matched:   # the noun's own case marker, by its singular form
+                fused = all_cases[own_class(e.src[0], len(all_cases))]
             emit(stem(e) + (PLURAL_SUFFIX if number == "Plur" else "") + fused, i, sandhi=(e.kind == "noun"))
             for m in child(i, "nmod"):
                 pp(m)
@@ -470,7 +498,9 @@ def translate(tree, lex, rng, needs=True, particles=False):
             if tree.upos[o] != "PRON":
                 argument(o, (lex.case_tgt[k_case], v))
         for a in child(v, "advmod"):
-            emit(stem(lex.by_form[tree.tokens[a]][0]) + (ADV_SUFFIX[e.vclass] if needs else ""), a, sandhi=True)
+            suffix = (ADV_SUFFIX[e.vclass] if needs else
+                      ADV_SUFFIX[own_class(tree.tokens[a], len(ADV_SUFFIX))] if matched else "")
+            emit(stem(lex.by_form[tree.tokens[a]][0]) + suffix, a, sandhi=True)
         emit(stem(e) + VERB_SUFFIX[(tense, number_of(subj))], v, sandhi=True)
         for c in child(v, "conj"):
             clause(c)
@@ -482,7 +512,7 @@ def translate(tree, lex, rng, needs=True, particles=False):
 
 
 # ---- corpus -----------------------------------------------------------------------------------------
-def generate(n, seed, lexicon=None, needs=True, particles=False):
+def generate(n, seed, lexicon=None, needs=True, particles=False, matched=False):
     """``n`` distinct source sentences with trees and targets. The stream is prefix-stable:
     ``generate(m, seed)`` is the first m pairs of ``generate(n, seed)`` for m < n."""
     lex = lexicon or Lexicon(seed)
@@ -496,7 +526,7 @@ def generate(n, seed, lexicon=None, needs=True, particles=False):
             continue
         seen.add(key)
         tree = b.tree()
-        tgt, align = translate(tree, lex, rng, needs=needs, particles=particles)
+        tgt, align = translate(tree, lex, rng, needs=needs, particles=particles, matched=matched)
         out.append(SynthPair(src=list(b.forms), tgt=tgt, tree=tree, align=align))
     return out
 
@@ -518,16 +548,18 @@ def write_split(out_dir, split, pairs, with_conllu=True):
 
 
 def write_data_small(out, seed=DATA_SMALL_SEED, n_train=30000, n_dev=1000, n_test=1000, train_conllu=False, needs=True,
-                     particles=False):
+                     particles=False, matched=False):
     """Generate and write train / dev / test and README.md into ``out``; returns the splits.
-    ``needs=False`` writes the control language (same sources and trees, no needs)."""
+    ``needs=False`` writes the control language (same sources and trees, no needs); with ``matched=True`` too,
+    the matched control (every suffix kept, set by the word itself: :func:`translate`)."""
     lex = Lexicon(seed)
-    pairs = generate(n_train + n_dev + n_test, seed, lex, needs=needs, particles=particles)
+    pairs = generate(n_train + n_dev + n_test, seed, lex, needs=needs, particles=particles, matched=matched)
     splits = {"train": pairs[:n_train], "dev": pairs[n_train:n_train + n_dev],
               "test": pairs[n_train + n_dev:]}
     for name, ps in splits.items():
         write_split(out, name, ps, with_conllu=(name != "train" or train_conllu))
-    (pathlib.Path(out) / "README.md").write_text(_readme(splits, lex, seed, needs, particles), encoding="utf-8")
+    (pathlib.Path(out) / "README.md").write_text(_readme(splits, lex, seed, needs, particles, matched),
+                                                  encoding="utf-8")
     return splits
 
 
@@ -556,7 +588,7 @@ def _stats(splits):
                 rare_sent=sum(any(t in rare for t in p.src) for p in splits["train"]) / len(splits["train"]))
 
 
-def _readme(splits, lex, seed, needs=True, particles=False):
+def _readme(splits, lex, seed, needs=True, particles=False, matched=False):
     st = _stats(splits)
     dev = splits["dev"]
 
@@ -588,6 +620,21 @@ def _readme(splits, lex, seed, needs=True, particles=False):
         w(f"Generated by `python -m minihead.data.synth --out data_small --seed {seed}` "
           "(`minihead/data/synth.py`); every file here is regenerated byte for byte by that command "
           "(a test checks it). Do not edit by hand.\n")
+    elif matched:
+        w("# data_small/matched: the same language pair with every suffix set by the word itself (the matched "
+          "control)\n")
+        w(f"Generated by `python -m minihead.data.synth --out data_small/matched --seed {seed} --matched` "
+          "(`minihead/data/synth.py`); every file here is regenerated byte for byte by that command "
+          "(a test checks it). Do not edit by hand. Same lexicon, source sentences, trees, word order and sizes "
+          "as `data_small/`, and the same suffixes on the same tokens, but each suffix is set by the word that "
+          "carries it, never by another: the sandhi ending by the word's OWN first letter (not the next "
+          "token's), the adjective's gender suffix and the adverb's class suffix by a hidden class of the "
+          "adjective or adverb itself, the case of a subject or object noun (or the particle after a name) by "
+          "the noun's own hidden class among all six case markers, whatever its verb or role. Only the "
+          "non-locality differs from `data_small/`: the encoder has nothing to fetch from a neighbour or a "
+          "relative (the verb's number agreement is kept, as in the control: the decoder can read it off the "
+          "subject it has written). The rules below describe `data_small/`; read each *need* with that "
+          "change.\n")
     else:
         w("# data_small/control: the same language pair without the needs (the control)\n")
         w(f"Generated by `python -m minihead.data.synth --out data_small/control --seed {seed} --control` "
@@ -709,11 +756,13 @@ def main(argv=None):
     ap.add_argument("--n-test", type=int, default=1000)
     ap.add_argument("--train-conllu", action="store_true", help="also write train.conllu (large)")
     ap.add_argument("--control", action="store_true", help="write the control language (no needs)")
+    ap.add_argument("--matched", action="store_true",
+                    help="write the matched control (every suffix kept, set by the word itself)")
     ap.add_argument("--particles", action="store_true",
                     help="the earlier variant: subject / object case as particle tokens, not fused suffixes")
     a = ap.parse_args(argv)
-    write_data_small(a.out, a.seed, a.n_train, a.n_dev, a.n_test, a.train_conllu, needs=not a.control,
-                     particles=a.particles)
+    write_data_small(a.out, a.seed, a.n_train, a.n_dev, a.n_test, a.train_conllu,
+                     needs=not (a.control or a.matched), particles=a.particles, matched=a.matched)
 
 
 if __name__ == "__main__":
