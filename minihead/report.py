@@ -465,7 +465,8 @@ def update_readme(path=None):
 
 EMERGENCE_MARKERS = ("<!-- emergence:begin -->", "<!-- emergence:end -->")
 EMERGENCE_DOC = os.path.join("docs", "experiments.md")
-EMERGENCE_STUDIES = (("emerge", "needs"), ("emerge-control", "control"))   # shipped study, language, in order
+EMERGENCE_STUDIES = (("emerge", "needs"), ("emerge-control", "control"),
+                     ("emerge-matched", "matched control"))   # shipped study, language, in order
 
 
 def _emergence_row(label, p):
@@ -483,7 +484,7 @@ def _emergence_row(label, p):
 
 
 def emergence_studies_block(studies=None):
-    """The default preset's head functions on the language that needs them and on its control, one row per seed,
+    """The default preset's head functions on the language that needs them and on its two controls, one row per seed,
     then each study's findings table (:func:`minihead.findings.findings_table`), rendered from the shipped
     emergence studies (:data:`EMERGENCE_STUDIES`, read by :func:`minihead.study.load_shipped_study`, which refuses a
     stale one) for docs/experiments.md. ``studies``: {name: document}, default the shipped files."""
