@@ -626,7 +626,8 @@ print(f"\nevery check of the method holds ({scale} scale)")
 # by Spearman's $\rho$ against `lost` over the encoder heads of each seed, pooled over the seeds by Fisher's z, and
 # said to agree only at p < `findings.ALPHA` (`needs.instrument_agreement`).
 #
-# The matrices below are those of the full study's models (the `default` preset, three seeds), made by
+# The matrices below are those of the `default` preset's models, three seeds (the full study's settings and seeds;
+# docs/studies.md says which weights the two share), made by
 # `python -m minihead needs --seeds 1,2,3 --study chapters/studies/needs.json`: switching each head off costs
 # a few minutes a seed, so this chapter reads the shipped study in both modes.
 

@@ -421,8 +421,8 @@ plt.show()
 
 # %% [markdown]
 # The same measurement at default scale (`--config default --seeds 1,2,3 --trace 200`, the preset's own 2,400
-# steps). The full study's models trained all 2,400 steps without stopping early, so these are their runs: at step
-# 2,400 each trace meets its seed's shipped model (`chapters/studies/emerge.json`) number for number, which the cell
+# steps). The default preset's models train all 2,400 steps without stopping early, so these are their runs: at
+# step 2,400 each trace meets its seed's model in `chapters/studies/emerge.json` number for number, which the cell
 # checks. The +1 head passes confidence 0.8 early (heads 64 wide, six encoder layers: by step 800-1,000, where the
 # quick preset's never get past 0.84) and the 90% line later, at step 1,800, 2,200 and 1,600 in seeds 1, 2 and 3;
 # step for step its share rises about as fast as the quick preset's. At quick scale the head falls short on
@@ -465,7 +465,7 @@ for seed in traces["default"]["seeds"]:
 # asserted; one that does not hold is stated as not reproduced at this scale, with the numbers. In full mode the study is
 # `chapters/studies/full.json`, written by `python -m minihead reproduce --seeds 1,2,3` (the default model of every
 # seed, trained, analysed and pruned alike; its head functions are those of
-# `python -m minihead emergence --config default --seeds 1,2,3`, the same models).
+# `python -m minihead emergence --config default --seeds 1,2,3`, the same settings and seeds).
 
 # %%
 from minihead import findings
