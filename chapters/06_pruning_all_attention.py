@@ -165,7 +165,7 @@ for data, table in paper.TABLE2.items():
 #    decoder-encoder attention in the higher ones). For every run and decoder type that lost heads, the mean layer
 #    of the survivors lies below the middle layer (decoder self-attention) or above it (decoder-encoder).
 # 4. **Pruned beats from scratch** (`findings.pruned_beats_scratch`; paper: every configuration of Table 2, by 0.01
-#    to 0.51 BLEU), for the same budget of training tokens: the mean pruned - from-scratch gap over every
+#    to 0.50 BLEU), for the same budget of training tokens: the mean pruned - from-scratch gap over every
 #    configuration of every seed, with its 95% interval; holds when the interval lies above 0. Two things favour the model trained from scratch at a small scale: it gets the whole learning-rate
 #    schedule (warm-up and the high early rates) for a small model on a regular synthetic language, while the
 #    pruned model gets only the steps its gates needed to settle, at a low constant rate, to recover from losing

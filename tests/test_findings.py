@@ -234,7 +234,7 @@ def test_decoder_layer_order_needs_dec_self_low_and_dec_enc_high():
 
 
 def test_pruned_against_scratch_is_a_mean_paired_gap_with_its_interval():
-    """Sec. 6.3, Table 2: pruned models beat the same configuration trained from scratch (+0.01 to +0.51 BLEU).
+    """Sec. 6.3, Table 2: pruned models beat the same configuration trained from scratch (+0.01 to +0.50 BLEU).
     Pooled over seeds: the mean pruned - from-scratch gap with its 95% t-interval; holds when the interval lies
     above 0. Worked example: gaps +0.3, +0.2, +0.4, +0.25 hold (interval [0.15, 0.42], t with 3 df); gaps +1, -2 are
     "pruned wins in one of two" (the old per-configuration count) but the interval spans 0: does not hold. One
