@@ -266,6 +266,8 @@ def test_matched_control_keeps_every_suffix_and_sets_it_from_the_word_itself(lex
     assert max(len(v) for v in forms.values()) <= 2
     with pytest.raises(ValueError):
         synth.generate(1, SEED, lex, needs=True, matched=True)
+    with pytest.raises(SystemExit):   # one language per command: --control and --matched exclude each other
+        synth.main(["--out", "unused", "--control", "--matched"])
 
 
 def _entry(pool, synonyms=False):

@@ -419,6 +419,11 @@ def translate(tree, lex, rng, needs=True, particles=False, matched=False):
 
     all_cases = lex.subj_case_tgt + lex.case_tgt   # the matched control draws from all six case markers
 
+    def class_suffix(table, other_class, word):
+        """``table[other_class]`` (set by ANOTHER word) in the needs language, ``table[own_class(word)]`` in the
+        matched control, no suffix in the control."""
+        return table[other_class] if needs else table[own_class(word, len(table))] if matched else ""
+
     def stem(e):
         if len(e.tgt) > 1 and rng.random() >= P["synonym_first"]:
             return e.tgt[1]
@@ -453,9 +458,8 @@ def translate(tree, lex, rng, needs=True, particles=False, matched=False):
             for d in child(i, "det"):
                 emit(lex.det_tgt[tree.tokens[d]], d, sandhi=True)
             for a in child(i, "amod"):   # before the noun, agreeing with its gender (unseen in the source)
-                gender = (GENDER_SUFFIX[e.gender] if needs else
-                          GENDER_SUFFIX[own_class(tree.tokens[a], len(GENDER_SUFFIX))] if matched else "")
-                emit(stem(lex.by_form[tree.tokens[a]][0]) + gender, a, sandhi=True)
+                emit(stem(lex.by_form[tree.tokens[a]][0]) + class_suffix(GENDER_SUFFIX, e.gender, tree.tokens[a]), a,
+                     sandhi=True)
             fused = case[0] if case is not None and needs else ""    # the control's nouns carry no case
             if case is not None and matched:   # the noun's own case marker, by its singular form
                 fused = all_cases[own_class(e.src[0], len(all_cases))]
@@ -498,9 +502,8 @@ def translate(tree, lex, rng, needs=True, particles=False, matched=False):
             if tree.upos[o] != "PRON":
                 argument(o, (lex.case_tgt[k_case], v))
         for a in child(v, "advmod"):
-            suffix = (ADV_SUFFIX[e.vclass] if needs else
-                      ADV_SUFFIX[own_class(tree.tokens[a], len(ADV_SUFFIX))] if matched else "")
-            emit(stem(lex.by_form[tree.tokens[a]][0]) + suffix, a, sandhi=True)
+            emit(stem(lex.by_form[tree.tokens[a]][0]) + class_suffix(ADV_SUFFIX, e.vclass, tree.tokens[a]), a,
+                 sandhi=True)
         emit(stem(e) + VERB_SUFFIX[(tense, number_of(subj))], v, sandhi=True)
         for c in child(v, "conj"):
             clause(c)
@@ -755,9 +758,10 @@ def main(argv=None):
     ap.add_argument("--n-dev", type=int, default=1000)
     ap.add_argument("--n-test", type=int, default=1000)
     ap.add_argument("--train-conllu", action="store_true", help="also write train.conllu (large)")
-    ap.add_argument("--control", action="store_true", help="write the control language (no needs)")
-    ap.add_argument("--matched", action="store_true",
-                    help="write the matched control (every suffix kept, set by the word itself)")
+    language = ap.add_mutually_exclusive_group()
+    language.add_argument("--control", action="store_true", help="write the control language (no needs)")
+    language.add_argument("--matched", action="store_true",
+                          help="write the matched control (every suffix kept, set by the word itself)")
     ap.add_argument("--particles", action="store_true",
                     help="the earlier variant: subject / object case as particle tokens, not fused suffixes")
     a = ap.parse_args(argv)
