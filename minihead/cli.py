@@ -483,6 +483,8 @@ def build_parser():
     pr.add_argument("--kinds", default="enc", choices=sorted(KIND_SETS), help="enc: encoder self-attention; all")
     pr.add_argument("--steps", type=integer(1), default=300, help="step cap (the run stops once the gates settle)")
     pr.add_argument("--settle", type=float, default=0.9, help="stop once this share of gates is settled")
+    pr.add_argument("--finetune", action="store_true",
+                    help="then fix the settled gates and train the weights on to --steps (a fixed budget per run)")
     pr.add_argument("--data", default=DATA)
     pr.add_argument("--n-test", type=integer(1), default=None, help="BLEU on the first N test sentences")
     pr.add_argument("--seed", type=integer(0), default=0)

@@ -217,14 +217,16 @@ def cmd_prune(a):
     print(f"pruning {', '.join(kinds)} heads of {a.checkpoint}: lambda {a.lam:g}, {a.steps} steps, "
           f"{len(corpus.train_src)} training pairs")
     settings = PruneSettings(lr_gates=a.lr_gates or None, lr_params=a.lr_params, reduction=a.reduction,
-                             max_tokens=max_tokens, seed=a.seed, settle=a.settle)
+                             max_tokens=max_tokens, seed=a.seed, settle=a.settle,
+                             finetune=getattr(a, "finetune", False))
     r = prune(ck.params, ck.cfg, corpus, kinds, a.lam, a.steps, settings, progress=True)
     src, ref = [s for s, _ in pairs["test"]], [t for _, t in pairs["test"]]
     before = gated_bleu(ck.params, ck.cfg, ck.vocab, src, ref, n=a.n_test)
     after = gated_bleu(r.params, ck.cfg, ck.vocab, src, ref, gates=r.gates, n=a.n_test)
     after_c = gated_bleu(r.params, ck.cfg, ck.vocab, src, ref, gates=r.gates_continuous, n=a.n_test)
-    print(f"gates settled: {r.settled_share:.2f} after {r.steps_used} steps"
-          + ("" if r.settled else f" (did not reach {a.settle:g} within the cap)"))
+    print(f"gates settled: {r.settled_share:.2f} after {r.gate_steps} steps"
+          + ("" if r.settled else f" (did not reach {a.settle:g} within the cap)")
+          + (f"; then fine-tuned with the gates fixed to step {r.steps_used}" if r.steps_used > r.gate_steps else ""))
     print("retained heads (binary readout, the paper's):\n" + format_retained(r.retained))
     print("retained heads (continuous readout, the official code's):\n" + format_retained(r.retained_continuous))
     n = len(src) if a.n_test is None else min(a.n_test, len(src))
@@ -232,7 +234,8 @@ def cmd_prune(a):
           f"{after_c:.2f})")
     if a.out:
         checkpoint.save(a.out, r.params, ck.cfg, ck.vocab, meta={**ck.meta, "pruned": {
-            "kinds": list(kinds), "lambda": a.lam, "steps": a.steps, "seed": a.seed}},
+            "kinds": list(kinds), "lambda": a.lam, "steps": a.steps, "seed": a.seed,
+            "finetune": bool(getattr(a, "finetune", False))}},
             extra={f"log_alpha.{k}": v for k, v in r.log_alpha.items()})
         print(f"saved {a.out}")
     return {"retained": r.retained, "bleu_before": before, "bleu_after": after, "bleu_after_continuous": after_c,

@@ -22,6 +22,12 @@ reproduction cannot spend, which is why the separate rate is kept.
 Training runs until the gates settle (sec. 6.1: "gates are either almost completely closed or completely
 open"): every ``log_every`` steps the share of gates with max(P(g = 0), P(g = 1)) > 0.95 is measured and the
 run stops once it reaches ``settle`` (0.9), or at ``steps`` (the cap); the result records whether it settled.
+With ``finetune`` the cap is a budget instead: once the gates settle they are fixed at their binary readout and the
+weights train on for the rest of the ``steps`` (the paper starts pruning from a converged model and continues
+training, sec. 6.1-6.2), so every run of a sweep, lambda = 0 included, trains exactly ``steps`` steps and the
+lambda = 0 run is itself the step-matched reference. A run whose gates never settle trains the whole budget with
+sampled gates; at lambda = 0 that is common, since open gates only drift towards P(g = 1) > 0.95 under the
+cross-entropy.
 
 Which weights train: encoder-only pruning (kinds = ("enc",)) freezes the decoder, as the paper does; with
 shared embeddings (one matrix for source, target and the output projection) the embedding is frozen too, since
@@ -68,7 +74,8 @@ class PruneSettings:
     says what each does). The defaults are the ones this project uses: gates with their own Adam at ``lr_gates``
     (None: the official code's joint optimiser, gates at ``lr_params``), eq. 6's sum over heads
     (``reduction="layer_mean"``: the official code's), gates starting open (``init``), and a run that stops once
-    the share ``settle`` of its gates is settled (None: always the full cap). A cached run's key holds every field
+    the share ``settle`` of its gates is settled (None: always the full cap), and with ``finetune`` the weights train on with the settled gates fixed
+for the rest of the cap (a fixed budget). A cached run's key holds every field
     (:func:`minihead.stages.prune_study`), so a changed default is a new key."""
     lr_gates: Optional[float] = 0.1
     lr_params: float = 1e-3
@@ -81,6 +88,7 @@ class PruneSettings:
     init: float = LOG_ALPHA_OPEN
     hc: HardConcrete = field(default_factory=HardConcrete)
     settle: Optional[float] = 0.9
+    finetune: bool = False
 
     @classmethod
     def of(cls, **settings):
@@ -96,10 +104,12 @@ class PruneSettings:
         """Refuse settings no run can use (a PruneError naming each value)."""
         joint = self.lr_gates is None
         if (self.lr_params < 0 or (not joint and self.lr_gates <= 0) or (joint and self.lr_params <= 0)
-                or self.log_every < 1 or (self.settle is not None and not 0 < self.settle <= 1)):
+                or self.log_every < 1 or (self.settle is not None and not 0 < self.settle <= 1)
+                or (self.finetune and (self.settle is None or self.lr_params <= 0))):
             raise PruneError(f"prune: need lr_gates > 0 (or None with lr_params > 0), lr_params >= 0, log_every >= 1, "
-                             f"settle in (0, 1] or None (got lr_gates={self.lr_gates}, lr_params={self.lr_params}, "
-                             f"log_every={self.log_every}, settle={self.settle})")
+                             f"settle in (0, 1] or None, and settle and lr_params > 0 to finetune (got lr_gates={self.lr_gates}, "
+                             f"lr_params={self.lr_params}, log_every={self.log_every}, settle={self.settle}, "
+                             f"finetune={self.finetune})")
         return self
 
 
@@ -114,8 +124,10 @@ class PruneResult:
     gates_continuous: dict = None     # kind -> (L, H) the official code's continuous gates (Louizos eq. 13)
     retained_continuous: dict = None  # kind -> (L, H) bool, continuous gate > 0
     settled_share: float = 0.0        # share of gates with max(P(g=0), P(g=1)) > SETTLED_AT at the end
-    steps_used: int = 0               # steps trained (the run stops once settled_share >= settle)
+    steps_used: int = 0               # steps trained, gate phase and fine-tuning together
     settled: bool = False             # whether settled_share reached ``settle`` within the step cap
+    gate_steps: int = 0               # steps with sampled gates (the run's gate phase stops once settled)
+    finetune_history: list = None     # per log interval of the fine-tuning: step, mean cross-entropy
 
 
 # --------------------------------------------------------------------------- settings
@@ -214,7 +226,8 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
     gradient norm to ``clip``. Batches of ``max_tokens`` are visited in an order shuffled per epoch by (seed,
     epoch). Every ``log_every`` steps the settled share (gates with max(P(g = 0), P(g = 1)) > SETTLED_AT,
     :func:`minihead.gates.settled_share`) is logged; with ``settle`` (a share in (0, 1]; None: always run
-    ``steps``) the run stops at the first logged step where it is >= ``settle``. ``on_step(step, params,
+    ``steps``) the gate phase stops at the first logged step where it is >= ``settle``; with ``finetune`` the gates
+    are then fixed at their binary readout and the weights train on to step ``steps`` (:func:`_finetune`). ``on_step(step, params,
     log_alpha)``, if given, is called after every step (the step-matched reference evaluates the run there).
     Same seed, same numbers. Returns a :class:`PruneResult` (binary and continuous readouts)."""
     kinds = check_kinds(kinds)
@@ -236,14 +249,12 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
     tgt_ids = [vocab.encode(t) for t in corpus.train_tgt]
     all_batches = list(batches(src_ids, tgt_ids, st.max_tokens))
 
-    history, ce_acc, n_acc, epoch, pos = [], 0.0, 0, 0, 0
-    order = backend.rng((st.seed, epoch)).permutation(len(all_batches))
+    if st.finetune and opt_model is None:
+        raise PruneError(f"prune: finetune needs weights to train (train_params={st.train_params!r} trains none)")
+    next_batch = _batch_stream(all_batches, st.seed)
+    history, ce_acc, n_acc, step = [], 0.0, 0, 0
     for step in range(1, steps + 1):
-        if pos >= len(order):
-            epoch, pos = epoch + 1, 0
-            order = backend.rng((st.seed, epoch)).permutation(len(all_batches))
-        batch = all_batches[int(order[pos])]
-        pos += 1
+        batch = next_batch()
         u = {k: hc.draw_u(gen_u, shapes[k], dtype=cfg.dtype) for k in kinds}       # kind -> (L, H)
         ce, l0, grads, dla = gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, st.reduction, hc, gen_drop)
         opt_gates.step(log_alpha, dla, lr_g)
@@ -259,8 +270,8 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
             _, kept_c = deterministic_gates(log_alpha, hc, "continuous")
             share = settled_share(log_alpha, hc, SETTLED_AT)
             history.append({"step": step, "ce": ce_acc / n_acc, "l0": float(l0),
-                             "open": {k: int(kept[k].sum()) for k in kinds},
-                             "open_continuous": {k: int(kept_c[k].sum()) for k in kinds}, "settled": share})
+                            "open": {k: int(kept[k].sum()) for k in kinds},
+                            "open_continuous": {k: int(kept_c[k].sum()) for k in kinds}, "settled": share})
             ce_acc, n_acc = 0.0, 0
             if progress:
                 h = history[-1]
@@ -270,8 +281,50 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
     gates, retained = deterministic_gates(log_alpha, hc)
     gates_c, retained_c = deterministic_gates(log_alpha, hc, "continuous")
     share = settled_share(log_alpha, hc, SETTLED_AT)
+    settled = st.settle is not None and share >= st.settle
+    gate_steps, tuned = step, []
+    if st.finetune and settled:
+        step = _finetune(params, cfg, gates, names, opt_model, next_batch, gen_drop, st, gate_steps, steps, tuned,
+                         on_step=None if on_step is None else lambda t, p: on_step(t, p, log_alpha), progress=progress)
     return PruneResult(log_alpha, params, gates, retained, history, names, gates_c, retained_c, share, step,
-                       st.settle is not None and share >= st.settle)
+                       settled, gate_steps, tuned)
+
+
+def _batch_stream(all_batches, seed):
+    """A function returning the next batch: each epoch visits every batch once, in an order shuffled by (seed,
+    epoch) (the gate phase and the fine-tuning draw from one stream, so fine-tuning goes on where pruning stopped)."""
+    state = {"epoch": 0, "pos": 0, "order": backend.rng((seed, 0)).permutation(len(all_batches))}
+
+    def next_batch():
+        if state["pos"] >= len(state["order"]):
+            state["epoch"], state["pos"] = state["epoch"] + 1, 0
+            state["order"] = backend.rng((seed, state["epoch"])).permutation(len(all_batches))
+        state["pos"] += 1
+        return all_batches[int(state["order"][state["pos"] - 1])]
+    return next_batch
+
+
+def _finetune(params, cfg, gates, names, opt_model, next_batch, gen_drop, st, start, steps, log, on_step=None,
+              progress=False):
+    """Fine-tune a pruned model (sec. 6.2: the pruned model trains on): the weights named ``names`` take Adam steps
+    at ``lr_params`` (same optimiser state as the gate phase, gradient norm clipped to ``clip``) on the
+    cross-entropy of the model with the FIXED test-time ``gates`` (kind -> (L, H), 0 or 1), from step ``start`` + 1
+    to ``steps``; every ``log_every`` steps {"step", "ce"} is appended to ``log``. Returns the last step."""
+    ce_acc, n_acc, step = 0.0, 0, start
+    for step in range(start + 1, steps + 1):
+        ce, grads, _ = loss_and_grads(params, cfg, next_batch(), gates=gates, rng=gen_drop)
+        g_model = {n: grads[n] for n in names if n in grads}
+        clip_grad_norm(g_model, st.clip)
+        opt_model.step(params, g_model, st.lr_params)
+        ce_acc, n_acc = ce_acc + float(ce), n_acc + 1
+        if on_step is not None:
+            on_step(step, params)
+        if step % st.log_every == 0 or step == steps:
+            log.append({"step": step, "ce": ce_acc / n_acc})
+            ce_acc, n_acc = 0.0, 0
+            if progress:
+                print(f"fine-tune step {step}: CE {log[-1]['ce']:.3f}")
+    return step
 
 
 # --------------------------------------------------------------------------- evaluation

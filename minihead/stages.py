@@ -229,10 +229,15 @@ def baseline(study, n_test=None, cache_dir=None):
                                                                       n=n_test)})
 
 
+LATER_PRUNE_SETTINGS = {"finetune": False}   # PruneSettings fields added later, with the value older keys had
+
+
 def _settings_key(settings):
     """Every field of a :class:`minihead.prune.PruneSettings` (the gate's constants as a dict): a changed default
-    is a new key."""
-    return asdict(settings)
+    is a new key. A field added later is left out at the value every run had before it existed, so the runs cached
+    before it keep their keys."""
+    return {k: v for k, v in asdict(settings).items()
+            if not (k in LATER_PRUNE_SETTINGS and v == LATER_PRUNE_SETTINGS[k])}
 
 
 def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=None, after=None):
@@ -267,6 +272,8 @@ def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=
                 "gates_continuous": _tolist(r.gates_continuous),
                 "n_retained_continuous": {k: int(r.retained_continuous[k].sum()) for k in kinds},
                 "settled_share": r.settled_share, "steps_used": int(r.steps_used), "settled": bool(r.settled),
+                **({"gate_steps": int(r.gate_steps), "finetune_history": r.finetune_history}
+                   if settings.finetune else {}),
                 **({after[0]: after[2](r.params, r.gates, r.retained)} if after is not None else {})}
     return cached_json(path, key, compute)
 
@@ -296,7 +303,7 @@ def reference_bleu(study, kinds, at_steps, settings=None, n_test=None, cache_dir
     kinds = pruning.check_kinds(kinds)
     at = sorted({int(t) for t in at_steps})
     settings = settings or pruning.PruneSettings()
-    fixed = {k: v for k, v in _settings_key(settings).items() if k not in ("hc", "settle")}
+    fixed = {k: v for k, v in _settings_key(settings).items() if k not in ("hc", "settle", "finetune")}
     key = {**study_key(study, n_test), "what": "reference", "kinds": list(kinds), "at": at, **fixed}
     path = os.path.join(_cache_dir(study, cache_dir), f"prune-reference-{key_hash(key)}.json")
     src, ref = study.splits["test"]
@@ -317,9 +324,15 @@ def reference_bleu(study, kinds, at_steps, settings=None, n_test=None, cache_dir
 
 def with_reference(study, runs, settings=None, n_test=None, cache_dir=None):
     """The runs of an encoder :func:`sweep`, each with ``ref_bleu``: the BLEU of the lambda = 0 run at the step
-    where that run stopped (:func:`reference_bleu`)."""
+    where that run stopped (:func:`reference_bleu`). With ``settings.finetune`` every run trains the same budget, so
+    the reference is the sweep's own lambda = 0 run (which must be in ``runs``)."""
     if not runs:
         return runs
+    if settings is not None and settings.finetune:
+        zero = [r for r in runs if r["lam"] == 0.0]
+        if not zero:
+            raise pruning.PruneError("a fine-tuned sweep is its own reference: include lambda 0 in the sweep")
+        return [{**r, "ref_bleu": zero[0]["bleu"]} for r in runs]
     ref = reference_bleu(study, runs[0]["kinds"], [r["steps_used"] for r in runs], settings, n_test=n_test,
                          cache_dir=cache_dir)
     return [{**r, "ref_bleu": ref[int(r["steps_used"])]} for r in runs]

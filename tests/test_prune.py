@@ -186,6 +186,47 @@ def test_pruning_stops_once_the_gates_settle(study):
     assert not short.settled and short.steps_used == 20 and short.settled_share < 0.9
 
 
+def test_finetune_fixes_the_settled_gates_and_spends_the_whole_budget(study):
+    """finetune=True (the paper's order, sec. 6.1-6.2: prune a converged model, then train on): the gate phase is
+    the plain run's, step for step (same log_alpha, same settle step), then the weights train with the binary
+    gates FIXED up to the cap, so steps_used == steps for every lambda and the lambda = 0 run is the step-matched
+    reference. Encoder pruning still leaves the decoder untouched; the fine-tuned weights differ from the plain
+    run's; the same seed gives the same numbers."""
+    plain = run(study, "enc", 1.0, steps=200)
+    tuned = run(study, "enc", 1.0, steps=200, finetune=True)
+    assert plain.settled and plain.steps_used < 200
+    assert tuned.gate_steps == plain.steps_used and tuned.steps_used == 200
+    np.testing.assert_array_equal(tuned.log_alpha["enc"], plain.log_alpha["enc"])
+    np.testing.assert_array_equal(tuned.gates["enc"], plain.gates["enc"])
+    assert [h["step"] for h in tuned.finetune_history][-1] == 200
+    assert tuned.finetune_history[0]["step"] > plain.steps_used
+    assert any(not np.array_equal(tuned.params[n], plain.params[n]) for n in tuned.trained)
+    for n in study.params:
+        if n not in tuned.trained:
+            np.testing.assert_array_equal(tuned.params[n], study.params[n])
+    again = run(study, "enc", 1.0, steps=200, finetune=True)
+    assert all(np.array_equal(again.params[n], tuned.params[n]) for n in tuned.params)
+    zero = run(study, "enc", 0.0, steps=200, finetune=True)
+    assert zero.steps_used == 200 and bool(zero.retained["enc"].all())
+
+
+def test_finetune_settings_key_and_reference(study):
+    """The cache key of settings without fine-tuning is the key they had before the field existed (no
+    "finetune" in it); with it the key differs. A fine-tuned sweep's reference is its own lambda = 0 run, and a
+    sweep without lambda 0 is refused; fine-tuning needs a settle share and weights to train."""
+    assert "finetune" not in stages._settings_key(P.PruneSettings())
+    assert stages._settings_key(P.PruneSettings(finetune=True))["finetune"] is True
+    runs = [{"lam": 0.0, "bleu": 50.0, "kinds": ["enc"]}, {"lam": 0.1, "bleu": 40.0, "kinds": ["enc"]}]
+    ft = P.PruneSettings(finetune=True)
+    assert [r["ref_bleu"] for r in stages.with_reference(study, runs, ft)] == [50.0, 50.0]
+    with pytest.raises(P.PruneError, match="include lambda 0"):
+        stages.with_reference(study, runs[1:], ft)
+    with pytest.raises(P.PruneError, match="finetune"):
+        run(study, "enc", 0.1, settle=None, finetune=True)
+    with pytest.raises(P.PruneError, match="trains none"):
+        run(study, "enc", 0.1, train_params="none", finetune=True)
+
+
 def test_joint_optimiser_moves_gates_at_the_weights_rate(study):
     """lr_gates=None is the official code's joint optimiser: log_alpha takes Adam steps at lr_params, so in 20
     steps it moves at most ~20 x 1e-3 from its start at 3 (Adam moves each parameter by about lr a step), while
@@ -295,6 +336,11 @@ def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
     assert "binary readout" in text and "continuous readout" in text and "gates settled" in text
     ck = checkpoint.load(out)
     np.testing.assert_array_equal(backend.to_host(ck.extra("log_alpha.enc")), backend.to_host(r["result"].log_alpha["enc"]))
+    a = cli.build_parser().parse_args(["prune", study.path, "--lambda", "5", "--steps", "150", "--data", str(data),
+                                       "--n-test", "8", "--finetune"])
+    r = commands.cmd_prune(a)["result"]
+    assert r.settled and r.gate_steps < 150 and r.steps_used == 150
+    assert "then fine-tuned with the gates fixed to step 150" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- reading a sweep (chapters 5, 6, report)
