@@ -293,7 +293,7 @@ def cmd_needs(a):
         m = stages.need_matrix(s, a.n_bleu)
         m.pop("cached", None)
         imp = stages.importance_stage(s, a.n_dev, a.n_ablation)   # the full study's, when its settings are
-        per_seed.append({"seed": seed, "matrix": m,
+        per_seed.append({"seed": seed, "model": stages.params_fingerprint(s.params), "matrix": m,
                          "instruments": {key: imp[key]["enc"] for key in needs.INSTRUMENTS.values() if key in imp}})
         print(f"\n## Seed {seed}: what each encoder head does (test set, {study.blas_threads()} BLAS thread(s))\n")
         print(report.need_matrix_table(m), flush=True)

@@ -36,6 +36,7 @@ class SeedResult:
     syntactic: dict           # findings.syntactic(...) as a dict
     rare: dict                # findings.rare_word(...) as a dict
     pruning: dict = None      # with --prune: per-lambda survivors and the two encoder pruning verdicts
+    model: str = None         # the model's fingerprint (minihead.stages.params_fingerprint)
 
 
 def prune_seed(s, lambdas, steps=600, n_test=300, n_trees=None, progress=True):
@@ -70,7 +71,7 @@ def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=Tru
     held (:func:`minihead.checkpoint.run_lock`) for the whole of it."""
     with checkpoint.run_lock(study.run_folder(config, data, runs_dir, seed=seed, **overrides)):
         s = study.load_study(config, data, runs=runs_dir, progress=progress, seed=seed, **overrides)
-        r = {**stages.emergence_stage(s, data, n_trees), "seed": seed}
+        r = {**stages.emergence_stage(s, data, n_trees), "seed": seed, "model": stages.params_fingerprint(s.params)}
         if prune_lambdas:
             r["pruning"] = prune_seed(s, prune_lambdas, prune_steps, prune_n_test, n_trees, progress=progress)
         return SeedResult(**r)

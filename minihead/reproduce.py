@@ -33,7 +33,9 @@ N_STAGES = 7   # train, importance, roles, encoder sweep, all-attention sweep, f
 def run_study(s, out, progress=True, seed=None, runs=None, bar=None):
     """Train (or read) one model of scale ``s`` (``seed``: see :func:`study_overrides`; ``runs``: the runs
     folder, default ``runs/``), run every stage (each cached in the model's run folder) and write its report
-    into ``out``. Returns (report path, {finding: Verdict}, test BLEU, {stage: wall seconds})."""
+    into ``out``. Returns (report path, {finding: Verdict}, test BLEU, {stage: wall seconds}, the model's
+    fingerprint (:func:`minihead.stages.params_fingerprint`, so studies of one seed can be checked to share a model)).
+    """
     own_bar = bar is None
     bar = tqdm(total=N_STAGES, desc="reproduce", unit="stage", disable=not progress) if own_bar else bar
     elapsed, t0 = {}, time.time()
@@ -55,7 +57,7 @@ def run_study(s, out, progress=True, seed=None, runs=None, bar=None):
     bar.update(1)
     if own_bar:
         bar.close()
-    return path, verdicts, base["bleu"], elapsed
+    return path, verdicts, base["bleu"], elapsed, stages.params_fingerprint(study.params)
 
 
 def reproduce(quick=True, out="report", progress=True, log=print, scale=None, seeds=None, runs=None):
@@ -80,9 +82,9 @@ def reproduce_seeds(seeds, s, out="report", progress=True, log=print, runs=None)
     with tqdm(total=N_STAGES * len(seeds), desc="reproduce", unit="stage", disable=not progress) as bar:
         for k in seeds:
             bar.set_description(f"reproduce, seed {k}")
-            path, verdicts, bleu, elapsed = run_study(s, os.path.join(out, f"seed-{k}"), progress, seed=k, runs=runs,
+            path, verdicts, bleu, elapsed, model = run_study(s, os.path.join(out, f"seed-{k}"), progress, seed=k, runs=runs,
                                                       bar=bar)
-            per_seed.append({"seed": k, "report": os.path.relpath(path, out), "test_bleu": bleu,
+            per_seed.append({"seed": k, "report": os.path.relpath(path, out), "test_bleu": bleu, "model": model,
                              "seconds": elapsed, "findings": {n: v.to_dict() for n, v in verdicts.items()}})
     path = report.write_seeds_report(out, seeds_doc(s, per_seed))
     log(f"report written to {path}")

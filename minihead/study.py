@@ -307,10 +307,31 @@ def merge_seeds(docs, what="studies"):
             "summary": findings.summarize([p["findings"] for p in per_seed])}
 
 
+def model_mismatches(docs):
+    """Seeds whose model differs between shipped studies of one preset: ``docs`` maps a name to a study document
+    (full, emergence or need study), whose per-seed records may carry ``model``, the fingerprint of the trained
+    weights (:func:`minihead.stages.params_fingerprint`). Two studies are compared only when their provenance
+    names the same preset settings; for each seed both fingerprint, the fingerprints must agree. Returns
+    (mismatches: ["<name> seed K: <fp> vs <name> seed K: <fp>", ...], number of (study pair, seed) compared)."""
+    recs = {name: ((d.get("provenance") or {}).get("preset"),
+                   {p["seed"]: p["model"] for p in d["per_seed"] if p.get("model")}) for name, d in docs.items()}
+    names, bad, n = sorted(recs), [], 0
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (pa, fa), (pb, fb) = recs[a], recs[b]
+            if pa is None or checkpoint.plain(pa) != checkpoint.plain(pb):
+                continue
+            for k in sorted(set(fa) & set(fb)):
+                n += 1
+                if fa[k] != fb[k]:
+                    bad.append(f"{a} seed {k}: {fa[k][:10]} vs {b} seed {k}: {fb[k][:10]}")
+    return bad, n
+
+
 def emergence_doc(results, config, data, n_trees, overrides):
     """The emergence study over seeds as the chapters read it (:func:`load_shipped_study`): per-seed verdicts of
     the three head functions, :func:`minihead.findings.summarize` of them, and the provenance."""
-    per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps,
+    per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps, **({"model": r.model} if r.model else {}),
                  "findings": {"positional": r.positional, "syntactic": r.syntactic, "rare_word": r.rare,
                               **({"prunable": r.pruning["prunable"],
                                   "functions_survive": r.pruning["functions_survive"]} if r.pruning else {})}}

@@ -153,6 +153,7 @@ def test_emergence_measurement_is_keyed_by_the_model(tmp_path, monkeypatch):
     again = emergence.run_seed("data_small", "quick", 1, TINY, runs, n_trees=6, progress=False)
     assert calls == [1], "the changed model was measured again"
     assert again.seed == first.seed
+    assert first.model == stages.params_fingerprint(ck.params) and again.model == stages.params_fingerprint(params)
     emergence.run_seed("data_small", "quick", 1, TINY, runs, n_trees=6, progress=False)
     assert calls == [1], "and that measurement is cached in turn"
 

@@ -360,6 +360,7 @@ def test_needs_command_writes_a_study_that_loads_and_resumes_from_its_cache(tmp_
     assert loaded["seeds"] == [1, 2] and loaded["overrides"] == tiny and fig.stat().st_size > 0
     n_layers = study.prepare("quick", "data_small", **tiny)[3].n_enc_layers
     test_counts = counts([needs.need_marks(t, synth.Lexicon(SEED)) for t in read_conllu(DATA / "test.conllu")])
+    assert len({p["model"] for p in loaded["per_seed"]}) == 2      # each seed's weights, fingerprinted
     for p in loaded["per_seed"]:
         m = p["matrix"]
         assert len(m["single"]) == n_layers and all(len(r) == 2 for r in m["single"])

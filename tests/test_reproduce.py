@@ -77,6 +77,8 @@ def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
     assert (tmp_path / "report" / "seed-1" / "README.md").exists() and (tmp_path / "report" / "seed-2" / "relevance.png").exists()
     doc = json.loads((tmp_path / "report" / "study.json").read_text())
     assert doc["seeds"] == [1, 2] and [p["seed"] for p in doc["per_seed"]] == [1, 2]
+    models = [p["model"] for p in doc["per_seed"]]          # the fingerprint of each seed's trained weights
+    assert len(set(models)) == 2 and all(len(m) == 40 for m in models)
     summary = doc["summary"]
     assert list(summary) == list(findings.FINDINGS)
     as_text = lambda obj: json.dumps(obj, sort_keys=True)     # noqa: E731  (NaN-safe equality: a rho may be NaN)
@@ -321,3 +323,27 @@ def test_shipped_full_study_is_the_merge_of_its_shipped_seeds():
     assert full["seeds"] == merged["seeds"] == [1, 2, 3]
     assert full["per_seed"] == merged["per_seed"]
     assert full["summary"] == checkpoint.plain(merged["summary"])
+
+
+def test_model_mismatches_compares_the_fingerprints_of_one_preset_and_seed():
+    """study.model_mismatches: two studies of the same preset that both fingerprint seed K must name one model;
+    studies of other presets, and seeds only one study fingerprints, are not compared."""
+    preset = {"model": {"n_heads": 2}, "train": {"max_steps": 10}}
+    doc = lambda fps, p=preset: {"provenance": {"preset": p},                              # noqa: E731
+                                 "per_seed": [{"seed": k, **({"model": m} if m else {})} for k, m in fps.items()]}
+    same = study.model_mismatches({"full": doc({1: "a" * 40, 2: "b" * 40}), "needs": doc({1: "a" * 40, 3: "c" * 40})})
+    assert same == ([], 1)
+    bad, n = study.model_mismatches({"full": doc({1: "a" * 40, 2: "b" * 40}), "emerge": doc({1: "a" * 40, 2: "d" * 40})})
+    assert n == 2 and bad == [f"emerge seed 2: {'d' * 10} vs full seed 2: {'b' * 10}"]
+    other = doc({1: "e" * 40}, {"model": {"n_heads": 8}, "train": {"max_steps": 10}})
+    assert study.model_mismatches({"full": doc({1: "a" * 40}), "wide": other, "old": doc({1: None})}) == ([], 0)
+
+
+def test_shipped_studies_of_one_seed_hold_one_model():
+    """The shipped studies of the default preset (the full study, the emergence study, the head x need study) that
+    fingerprint a seed's model name the same weights for that seed, so a chapter that reads two of them reads one
+    model (docs/studies.md, Determinism)."""
+    docs = {name: json.loads((pathlib.Path(study.STUDIES) / f"{name}.json").read_text())
+            for name in ("full", "emerge", "needs")}
+    bad, n = study.model_mismatches(docs)
+    assert not bad, bad
