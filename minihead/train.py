@@ -33,6 +33,7 @@ class TrainConfig:
     max_steps: int = 4000
     eval_every: int = 500         # steps between dev BLEU evaluations (and last.npz saves)
     patience: int = 3             # stop after this many evaluations without a better dev BLEU
+    min_delta: float = 0.0        # ... better by more than this (BLEU points): the plateau rule, written once
     clip: float = 1.0
     seed: int = 1
     dev_bleu_sentences: int = 300  # dev BLEU on the first N dev sentences (greedy), for speed
@@ -40,12 +41,12 @@ class TrainConfig:
     shards: int = 1               # each batch's rows split over this many processes (minihead.shards); 1: no split
 
     def to_dict(self):
-        """The settings as a dict; a setting added later (``shards``) is left out at its default, so the records
+        """The settings as a dict; a setting added later (``shards``, ``min_delta``) is left out at its default, so the records
         and cache keys written before it existed (checkpoint metadata, from-scratch keys) stay valid."""
         return {k: v for k, v in asdict(self).items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
 
 
-LATER_SETTINGS = {"shards": 1}   # settings added after models were saved, with the value those models had
+LATER_SETTINGS = {"shards": 1, "min_delta": 0.0}   # settings added after models were saved, with the value those models had
 
 
 CURVE_EVERY = 20   # steps between points of the training curve (running mean since the last evaluation)
@@ -126,6 +127,7 @@ _RULES = {
     "max_steps": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "eval_every": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "patience": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "min_delta": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
     "clip": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0 (0: no clipping)"),
     "seed": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "dev_bleu_sentences": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
@@ -191,10 +193,11 @@ class TrainResult:
     best_bleu: float
 
 
-def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=0.0, n_acc=0, curve=()):
+def _meta(tcfg, step, epoch, batch_pos, history, best_bleu, bad_evals, loss_acc=0.0, n_acc=0, curve=(), plateau=None):
     return {"train": tcfg.to_dict(), "step": step, "epoch": epoch, "batch_pos": batch_pos,
             "history": history, "best_bleu": best_bleu, "bad_evals": bad_evals,
-            "loss_acc": loss_acc, "n_acc": n_acc, "curve": list(curve)}
+            "loss_acc": loss_acc, "n_acc": n_acc, "curve": list(curve),
+            **({"plateau_bleu": plateau} if plateau is not None and plateau != best_bleu else {})}
 
 
 def dev_bleu(params, cfg, corpus, n, gates=None):
@@ -289,11 +292,13 @@ def _train_loop(run, stack):
         ck.restore_rng(gen)
         step, epoch, pos = m["step"], m["epoch"], m["batch_pos"]
         history, best, bad = m["history"], m["best_bleu"], m["bad_evals"]
+        plateau = m.get("plateau_bleu", best if history else None)
         loss_acc, n_acc, curve = m["loss_acc"], m["n_acc"], m["curve"]
     else:
         params = init_params(cfg, seed=tcfg.seed)
         opt = Adam(params)
         step, epoch, pos, history, best, bad = 0, 0, 0, [], -1.0, 0
+        plateau = None        # the dev BLEU the plateau rule last counted as a gain (none before the first)
         loss_acc, n_acc, curve = 0.0, 0, []
     step_fn = _step_fn(params, cfg, tcfg, gates, stack, out_dir)
     order = backend.rng((tcfg.seed, epoch)).permutation(len(all_batches))
@@ -327,19 +332,23 @@ def _train_loop(run, stack):
             history.append({"step": step, "epoch": epoch, "loss": loss_acc / n_acc, "dev_bleu": score})
             loss_acc, n_acc = 0.0, 0
             bar.write(f"step {step}: train loss {history[-1]['loss']:.3f}, dev BLEU {score:.2f}") if progress else None
+            # the plateau rule: a gain counts only above the last counted gain + min_delta; best.npz is any new best
+            gain = plateau is None or score > plateau + tcfg.min_delta
+            plateau, bad = (score, 0) if gain else (plateau, bad + 1)
             if score > best:
-                best, bad = score, 0
-                checkpoint.save(best_path, params, cfg, vocab, meta=_meta(tcfg, step, epoch, pos, history, best, bad))
-            else:
-                bad += 1
-            checkpoint.save(last_path, params, cfg, vocab, opt, gen, _meta(tcfg, step, epoch, pos, history, best, bad, curve=curve))
+                best = score
+                checkpoint.save(best_path, params, cfg, vocab,
+                                meta=_meta(tcfg, step, epoch, pos, history, best, bad, plateau=plateau))
+            checkpoint.save(last_path, params, cfg, vocab, opt, gen,
+                            _meta(tcfg, step, epoch, pos, history, best, bad, curve=curve, plateau=plateau))
             if bad >= tcfg.patience:
-                log(f"early stop at step {step}: no dev BLEU gain in {bad} evaluations") if progress else None
+                log(f"early stop at step {step}: no dev BLEU gain"
+                    + (f" above {tcfg.min_delta:g}" if tcfg.min_delta else "") + f" in {bad} evaluations") if progress else None
                 stopped = True
         interrupted = stop_after is not None and run_steps >= stop_after
         if interrupted or (save_every and step % save_every == 0 and not evaluated):
             checkpoint.save(last_path, params, cfg, vocab, opt, gen,
-                            _meta(tcfg, step, epoch, pos, history, best, bad, loss_acc, n_acc, curve))
+                            _meta(tcfg, step, epoch, pos, history, best, bad, loss_acc, n_acc, curve, plateau))
         if interrupted:
             break
     bar.close()

@@ -382,6 +382,40 @@ def test_an_early_stopped_run_stays_stopped_when_resumed(tmp_path):
     assert again.history == first.history
 
 
+def test_plateau_rule_counts_only_gains_above_min_delta(tmp_path):
+    """The plateau rule (TrainConfig.min_delta): an evaluation counts as a gain only when its dev BLEU beats the
+    last counted gain by more than min_delta; ``patience`` evaluations without one stop the run. best.npz is still
+    every new best. Replayed here from the run's own history: with min_delta 0 the rule is plain patience, and a
+    min_delta larger than any BLEU difference stops the run ``patience`` evaluations after the first one. A run
+    interrupted after its first evaluation and resumed stops at the same step (the counted gain is saved)."""
+    c = toy_corpus()
+    cfg, tcfg = tiny(c, max_steps=200, eval_every=4, patience=2)
+
+    def stop_step(hist, min_delta, patience):
+        plateau, bad = None, 0
+        for h in hist:
+            if plateau is None or h["dev_bleu"] > plateau + min_delta:
+                plateau, bad = h["dev_bleu"], 0
+            else:
+                bad += 1
+            if bad >= patience:
+                return h["step"]
+    plain = train(c, cfg, tcfg, str(tmp_path / "plain"), progress=False)
+    assert plain.history[-1]["step"] == (stop_step(plain.history, 0.0, 2) or 200)
+    wide = train(c, cfg, replace_t(tcfg, min_delta=1000.0), str(tmp_path / "wide"), progress=False)
+    assert [h["step"] for h in wide.history] == [4, 8, 12]
+    assert wide.best_bleu == max(h["dev_bleu"] for h in wide.history)
+    cut = tmp_path / "cut"
+    train(c, cfg, replace_t(tcfg, min_delta=1000.0), str(cut), progress=False, stop_after=6)
+    resumed = train(c, cfg, replace_t(tcfg, min_delta=1000.0), str(cut), resume=True, progress=False)
+    assert resumed.history == wide.history
+
+
+def replace_t(tcfg, **kw):
+    from dataclasses import replace
+    return replace(tcfg, **kw)
+
+
 def test_json_cache_is_atomic_and_a_corrupt_one_is_named(tmp_path):
     """save_json() is atomic: a failed write (an object JSON cannot encode) leaves the earlier done.json intact
     and no temporary file. A done.json cut short is refused with CheckpointError naming its path, ``cache file
@@ -441,9 +475,10 @@ def test_preset_settings_apply_overrides_where_preset_does():
 
 
 def test_a_setting_added_later_keeps_old_records_valid():
-    """TrainConfig.to_dict leaves ``shards`` out at its default (1), so checkpoint metadata and cache keys written
-    before the setting existed stay equal to today's; any other value is written."""
+    """TrainConfig.to_dict leaves ``shards`` and ``min_delta`` out at their defaults (1, 0.0), so checkpoint
+    metadata and cache keys written before the settings existed stay equal to today's; any other value is written."""
     from minihead.train import TrainConfig
-    assert "shards" not in TrainConfig().to_dict()
+    assert "shards" not in TrainConfig().to_dict() and "min_delta" not in TrainConfig().to_dict()
+    assert TrainConfig(min_delta=0.5).to_dict()["min_delta"] == 0.5
     assert TrainConfig(shards=2).to_dict()["shards"] == 2
     assert TrainConfig(**TrainConfig(shards=3).to_dict()) == TrainConfig(shards=3)
