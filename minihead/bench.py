@@ -13,6 +13,9 @@ the median over rounds of a ratio measured within a round, with its min-max spre
 - the peak resident memory of a process that only runs the training steps (a child process, so the
   other contenders do not count).
 ``--profile`` prints the functions of the training step that take the most time (cProfile) instead.
+``--heads 2,4,8`` times instead the same model with its width split into that many heads a layer (heads of
+d_model / H dimensions: the same matrix FLOPs in the linear layers), interleaved, each against the first count: what
+per-head attention work (B x H x T x T tensors, narrow products) costs in NumPy.
 
 ``--backend cupy`` runs the same on a GPU: the step with the fused kernels (:mod:`minihead.kernels`) beside
 the same step without them, against PyTorch CUDA eager on the identical architecture and batches; every pass
@@ -474,6 +477,59 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
     return result
 
 
+def heads_run(config="default", counts=(2, 4, 8), vocab_size=1200, rounds=7, log=print):
+    """The training step of ``config`` with ``n_heads`` set to each of ``counts`` (d_model kept, so heads of
+    d_model / H dimensions), over the same batches, interleaved; returns {"config", "rounds", "counts",
+    "throughput": {H: {median, min, max}} (target tokens / s), "ratio": {H: {median, min, max}}}, the ratio being
+    the first count's time over this count's within each round (above 1: this count is faster)."""
+    from dataclasses import replace
+    base = bench_config(config, vocab_size)
+    bad = [h for h in counts if h < 1 or base.d_model % h]
+    if not counts or bad:
+        raise ValueError(f"--heads {counts}: each count must divide d_model {base.d_model} (not {bad})")
+    batches = synthetic_batches(vocab_size)
+    n_tok = sum(b.n_tokens for b in batches)
+    log(f"config {config!r} with {', '.join(str(h) for h in counts)} heads a layer (d_model {base.d_model}, vocabulary "
+        f"{vocab_size}); {len(batches)} batches of ~{n_tok // len(batches)} target tokens; {rounds} interleaved rounds")
+
+    def over_batches(step):
+        def one_pass():
+            for b in batches:
+                step(b)
+            synchronize()
+        return one_pass
+    contenders = {}
+    for h in counts:
+        cfg = replace(base, n_heads=h)
+        contenders[h] = over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))
+    for fn in contenders.values():               # warm-up
+        fn()
+    times = interleaved(contenders, rounds, log)
+    result = {"config": config, "rounds": rounds, "counts": list(counts), "throughput": {}, "ratio": {}}
+    log("\ntraining step throughput by heads a layer (target tokens / s; median over rounds, min-max in brackets):")
+    for h in counts:
+        med, lo, hi = spread([n_tok / t for t in times[h]])
+        result["throughput"][h] = {"median": med, "min": lo, "max": hi}
+        r = spread([t0 / t for t0, t in zip(times[counts[0]], times[h])])
+        result["ratio"][h] = {"median": r[0], "min": r[1], "max": r[2]}
+        log(f"  {h} heads of {base.d_model // h:<4d} {med:8.0f} [{lo:.0f}-{hi:.0f}]   speed / {counts[0]} heads' = "
+            f"{r[0]:.2f}x [{r[1]:.2f}-{r[2]:.2f}]")
+    return result
+
+
+def heads_table(result):
+    """Markdown table of a :func:`heads_run` record (``docs/bench/heads-cpu.json``): per head count, target tokens / s
+    and its speed over the first count's, medians over interleaved rounds with [min-max]. docs/benchmark.md holds
+    exactly this table (tests/test_bench.py)."""
+    first = result["counts"][0]
+    lines = ["| heads a layer | target tokens / s | speed / %d heads' |" % first, "|---|---|---|"]
+    for h in result["counts"]:
+        t, r = result["throughput"][str(h)], result["ratio"][str(h)]
+        ratio = "1.00x" if h == first else f"{r['median']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]"
+        lines.append(f"| {h} | {t['median']:,.0f} [{t['min']:,.0f}-{t['max']:,.0f}] | {ratio} |")
+    return "\n".join(lines)
+
+
 def peak_tflops(n=8192, repeats=10):
     """The GPU's dense matrix rate in TFLOP/s, bf16 and float32 (TF32 off), on n x n x n products by PyTorch:
     the ceiling the step's own products are held to."""
@@ -589,6 +645,7 @@ def main(argv=None):
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--shards", type=int, default=2,
                    help="also time the step split into this many row shards in processes (1: not at all)")
+    p.add_argument("--heads", help="instead: time the step with these head counts a layer (e.g. 2,4,8), d_model kept")
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--profile", action="store_true", help="profile the training step instead (cProfile)")
     p.add_argument("--cpu-time", action="store_true", help="with --profile: time by the process CPU clock")
@@ -617,6 +674,16 @@ def main(argv=None):
             p.error(str(exc))
     if a.profile:
         profile(a.config, a.vocab, cpu_time=a.cpu_time)
+        return
+    if a.heads:
+        try:
+            counts = [int(h) for h in a.heads.split(",")]
+            result = heads_run(a.config, counts, a.vocab, a.rounds)
+        except ValueError as exc:
+            p.error(f"--heads {a.heads!r}: give whole numbers that divide d_model ({exc})")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(result, f, indent=1)
         return
     result = run(a.config, a.vocab, a.rounds, not a.no_torch, not a.no_autograd, not a.no_relevance,
                  not a.no_memory, a.shards)

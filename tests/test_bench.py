@@ -1,5 +1,7 @@
 """The benchmark's own arithmetic: FLOP counting from the shapes, interleaved rounds, the relevance-pass
 ratio, the profile and a one-round run (no PyTorch or autograd, so it stays quick)."""
+import json
+import pathlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -85,3 +87,21 @@ def test_bench_refuses_bad_arguments_before_any_work(argv, needle, capsys):
         bench.main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and needle in err and "Traceback" not in err
+
+
+def test_heads_run_times_each_head_count_against_the_first():
+    """bench.heads_run: one contender per head count (d_model kept), each timed over the same batches; the first
+    count's ratio to itself is exactly 1, the others' positive; a count that does not divide d_model is refused."""
+    r = bench.heads_run("quick", (1, 2), vocab_size=60, rounds=1, log=lambda *a: None)
+    assert r["counts"] == [1, 2] and set(r["throughput"]) == {1, 2}
+    assert r["ratio"][1]["median"] == 1.0 and r["ratio"][2]["median"] > 0
+    with pytest.raises(ValueError, match="divide d_model"):
+        bench.heads_run("quick", (3,), vocab_size=60, rounds=1, log=lambda *a: None)
+
+
+def test_heads_table_in_the_docs_is_the_shipped_record():
+    """docs/benchmark.md's table of heads a layer is exactly bench.heads_table of docs/bench/heads-cpu.json (made
+    by ``python -m minihead.bench --config default --heads 2,4,8 --rounds 5 --json docs/bench/heads-cpu.json``)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    record = json.loads((root / "docs" / "bench" / "heads-cpu.json").read_text())
+    assert bench.heads_table(record) in (root / "docs" / "benchmark.md").read_text()
