@@ -259,6 +259,11 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
     lines += [f"| {r['lam']:g} | {r['n_retained']['enc']} / {r.get('n_retained_continuous', r['n_retained'])['enc']} | "
               f"{r['bleu']:.2f} / {r.get('bleu_continuous', float('nan')):.2f} | {r.get('settled_share', float('nan')):.2f} | "
               f"{r.get('steps_used', r['steps'])} |" for r in enc]
+    along = needs_along_sweep_table(enc)
+    if along:
+        lines += ["", "## Which jobs survive as encoder heads go", "",
+                  "Teacher-forced accuracy (%) of every need of data_small on the test set, measured on each pruned "
+                  "model with its gates (`stages.needs_after`).", "", along]
     lines += ["", "## All attention types (Table 2 shape): enc-self / dec-self / dec-enc heads kept", "",
               "| lambda | heads kept | BLEU pruned | BLEU from scratch |", "|---|---|---|---|"]
     scratch_of = {id(r): sc for r, sc in paired}
@@ -285,7 +290,7 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
 
 
 SWEEP_FIELDS = ("lam", "n_retained", "bleu", "n_retained_continuous", "bleu_continuous", "settled_share", "steps_used",
-                "settled", "ref_bleu", "functions_after")
+                "settled", "ref_bleu", "functions_after", "needs_after")
 
 
 def seeds_table(summary):
@@ -681,6 +686,24 @@ def need_matrix_table(m):
     counts = ", ".join(f"{n} {m['count'][n]}" for n in m["needs"])
     lines.append(f"marked tokens: {counts}; needs no single head "
                  f"breaks (drop under {100 * m['survives']:.0f} points): {', '.join(m['survivors']) or 'none'}")
+    return "\n".join(lines)
+
+
+def needs_along_sweep_table(enc):
+    """Which jobs survive as encoder heads go (the need scores beside Figure 7): one row per encoder sweep run that
+    carries ``needs_after`` (:func:`minihead.stages.needs_after`), fewest heads pruned first, with lambda, heads
+    kept, test BLEU and each need's teacher-forced accuracy in percent on the pruned model. Empty string when no
+    run carries it."""
+    runs = sorted((r for r in enc if r.get("needs_after")), key=lambda r: (-r["n_retained"]["enc"], r["lam"]))
+    if not runs:
+        return ""
+    cols = list(runs[0]["needs_after"])
+    lines = ["| lambda | encoder heads kept | BLEU | " + " | ".join(NEED_NAMES.get(n, n) for n in cols) + " |",
+             "|---|---|---|" + "---|" * len(cols)]
+    for r in runs:
+        acc = r["needs_after"]
+        lines.append(f"| {r['lam']:g} | {r['n_retained']['enc']} | {r['bleu']:.1f} | "
+                     + " | ".join("-" if acc[n] is None else f"{100 * acc[n]:.1f}" for n in cols) + " |")
     return "\n".join(lines)
 
 

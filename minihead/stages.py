@@ -165,6 +165,22 @@ def functions_after(study, n_trees=None, split=None):
     return ("functions_after", settings, measure)
 
 
+def needs_after(study):
+    """An ``after`` measure of an encoder sweep (:func:`prune_study`): the teacher-forced accuracy (0-1) of every
+    need of data_small on the test set, measured on the pruned model with its gates (which jobs survive as heads
+    go: the need scores beside Figure 7, :func:`minihead.needs.teacher_forced_scores`). Returns (name, settings,
+    measure); a model of another corpus has no needs to score."""
+    src, tgt = study.splits["test"]
+    lex = synth.Lexicon(synth.DATA_SMALL_SEED)
+    marks = [needs.need_marks(t, lex) for t in study.trees["test"]]
+
+    def measure(params, gates, retained):
+        preds = needs.teacher_forced_predictions(params, study.cfg, study.vocab, src, tgt, gates=gates)
+        tf = needs.teacher_forced_scores(preds, marks)
+        return {n: tf[n]["accuracy"] for n in needs.NEEDS}
+    return ("needs_after", {"split": "test", "lexicon": synth.DATA_SMALL_SEED}, measure)
+
+
 EMERGENCE_VERSION = 2    # the emergence measurement of one seed (emergence_stage)
 
 
@@ -249,13 +265,15 @@ def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=
     retained_continuous / gates_continuous / n_retained_continuous / bleu_continuous (the official code's readout),
     settled_share, steps_used, settled, history, cached. ``after``: (name, settings, measure), where
     ``measure(params, gates, retained)`` -> a JSON-able dict measured on the pruned model (the head roles
-    re-measured with its gates) and stored under ``name``; ``settings`` (what determines it) join the cache key."""
+    re-measured with its gates) and stored under ``name``; ``settings`` (what determines it) join the cache key.
+    A list of such triples measures each (:func:`needs_after` beside :func:`functions_after`)."""
     kinds = pruning.check_kinds(kinds)
     settings = settings or pruning.PruneSettings()
     key = {**study_key(study, n_test), "what": "prune", **_settings_key(settings), "kinds": list(kinds),
            "lam": float(lam), "steps": int(steps)}
-    if after is not None:
-        key["after"] = [after[0], after[1]]
+    afters = [] if after is None else list(after) if isinstance(after, list) else [after]
+    if afters:   # one measure keys as it always did; several as a list of [name, settings]
+        key["after"] = [afters[0][0], afters[0][1]] if len(afters) == 1 else [[a[0], a[1]] for a in afters]
     path = os.path.join(_cache_dir(study, cache_dir),
                         f"prune-{pruning.kinds_tag(kinds)}-{lam:g}-{key_hash(key)}.json")
 
@@ -274,7 +292,7 @@ def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=
                 "settled_share": r.settled_share, "steps_used": int(r.steps_used), "settled": bool(r.settled),
                 **({"gate_steps": int(r.gate_steps), "finetune_history": r.finetune_history}
                    if settings.finetune else {}),
-                **({after[0]: after[2](r.params, r.gates, r.retained)} if after is not None else {})}
+                **{a[0]: a[2](r.params, r.gates, r.retained) for a in afters}}
     return cached_json(path, key, compute)
 
 
@@ -396,7 +414,8 @@ def prune_stages(study, s, progress, done=lambda stage: None):
     all_settings = pruning.PruneSettings.of(**{**kw, **s.get("prune_all", {})})
     base = baseline(study, n_test=s["n_test"])
     enc = sweep(study, s["enc_lambdas"], "enc", s["prune_steps"], enc_settings, n_test=s["n_test"], progress=progress,
-                after=functions_after(study, s.get("n_trees")))
+                after=([functions_after(study, s.get("n_trees")), needs_after(study)] if s.get("needs_after")
+                       else functions_after(study, s.get("n_trees"))))
     enc = with_reference(study, enc, enc_settings, n_test=s["n_test"])     # each run beside lambda = 0 at its step
     done("prune encoder")
     allk = sweep(study, s["all_lambdas"], "all", s["prune_steps"], all_settings, n_test=s["n_test"],

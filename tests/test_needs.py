@@ -416,3 +416,25 @@ def test_carriers_are_the_fewest_heads_with_most_of_the_damage():
     assert [name for name, _ in needs.carriers(m, 0.5)] == ["L0H0"]
     assert [name for name, _ in needs.carriers(m, 1.0)] == ["L0H0", "L1H0", "L1H1", "L2H0"]
     assert needs.carriers(_matrix([[0, 0], [0, -3]])) == []
+
+
+def test_needs_after_scores_the_pruned_model_with_its_gates(tiny, shipped):
+    """stages.needs_after: the ``after`` measure of an encoder sweep scores every need on the test split of the
+    study with the pruned model's gates: the same accuracies as teacher_forced_scores of that gated model computed
+    here; report.needs_along_sweep_table lists the runs that carry it, most heads kept first."""
+    from minihead import report, stages
+    t = tiny
+    study = SimpleNamespace(cfg=t.cfg, vocab=t.vocab, splits={"test": (t.src, t.ref)}, trees={"test": t.trees})
+    name, settings, measure = stages.needs_after(study)
+    g = needs.encoder_gates(t.cfg, [(0, 0)])
+    got = measure(t.params, g, {"enc": [[False, True]]})
+    want = needs.teacher_forced_scores(needs.teacher_forced_predictions(t.params, t.cfg, t.vocab, t.src, t.ref,
+                                                                        gates=g), shipped.test.marks[:12])
+    assert name == "needs_after" and settings["split"] == "test"
+    assert got == {n: want[n]["accuracy"] for n in needs.NEEDS}
+    runs = [{"lam": 0.1, "n_retained": {"enc": 1}, "bleu": 10.0, "needs_after": got},
+            {"lam": 0.0, "n_retained": {"enc": 2}, "bleu": 12.0, "needs_after": got},
+            {"lam": 0.2, "n_retained": {"enc": 1}, "bleu": 9.0}]
+    table = report.needs_along_sweep_table(runs).splitlines()
+    assert len(table) == 4 and table[2].startswith("| 0 | 2 | 12.0 |") and table[3].startswith("| 0.1 | 1 | 10.0 |")
+    assert report.needs_along_sweep_table(runs[2:]) == ""

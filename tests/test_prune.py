@@ -1,5 +1,6 @@
 """Pruning with hard-concrete gates (minihead/prune.py) on a tiny toy model: the pruning objective's gradient,
 gates closing with lambda, the frozen decoder, determinism, test-time gates, the cache, from-scratch masks."""
+import json
 import os
 import random
 from dataclasses import replace
@@ -273,6 +274,22 @@ def test_sweep_cache_hit_returns_same_numbers_without_recomputing(study, tmp_pat
     with pytest.raises(P.PruneError, match="unknown pruning settings"):
         stages.sweep(study, [0.01], "enc", steps=20, cache_dir=str(tmp_path), progress=False,
                   settings=P.PruneSettings.of(lr_gate=0.2))
+
+
+def test_prune_study_measures_every_after_and_keys_one_as_before(study, tmp_path):
+    """prune_study(after=...): one (name, settings, measure) is keyed as [name, settings] (the key runs cached before
+    several measures existed still match); a list measures each on the pruned model and stores each under its
+    name, and keys all of their names and settings."""
+    seen = []
+    one = ("a", {"k": 1}, lambda p, g, r: seen.append("a") or {"x": 1})
+    two = ("b", {"k": 2}, lambda p, g, r: seen.append("b") or {"y": int(r["enc"].sum())})
+    st = P.PruneSettings(max_tokens=600, log_every=20)
+    r1 = stages.prune_study(study, "enc", 0.05, 20, st, n_test=4, cache_dir=str(tmp_path), after=one)
+    r2 = stages.prune_study(study, "enc", 0.05, 20, st, n_test=4, cache_dir=str(tmp_path), after=[one, two])
+    assert r1["a"] == {"x": 1} and "b" not in r1
+    assert r2["a"] == {"x": 1} and r2["b"] == {"y": r2["n_retained"]["enc"]} and seen == ["a", "a", "b"]
+    keys = [json.loads(f.read_text())["key"]["after"] for f in sorted(tmp_path.glob("prune-*.json"))]
+    assert sorted(map(json.dumps, keys)) == sorted(map(json.dumps, [["a", {"k": 1}], [["a", {"k": 1}], ["b", {"k": 2}]]]))
 
 
 def test_unreadable_cache_file_names_the_file(study, tmp_path):
