@@ -367,7 +367,13 @@ WHY_NOT = {
     ("functions_survive", "full"): "the run keeping about a third of the heads has lost functions the unpruned model "
                                    "had (left / before beside)",
     ("role_closing", "full"): "the heads with a role are not the last to close: the rank agreement between a head's "
-                              "role score and the lambda that closes it is negative (beside)",
+                              "role score and the lambda that closes it is near zero (beside)",
+    ("relevance_ablation", "full"): "LRP relevance and single-head ablation rank the encoder heads alike in most "
+                                    "seeds, but the agreement is weak (each seed's rho beside) and pooled over the "
+                                    "seeds it does not reach p < 0.05; chapter 2's head x need matrix judges each "
+                                    "instrument against the heads the translation needs",
+    ("relevance_closing", "full"): "relevant heads tend to close later (a positive rho in every seed, beside), but "
+                                   "pooled over the seeds the agreement does not reach p < 0.05",
     ("positional", "full"): "where it fails, the best +1 head sits just under 90% of its argmaxes at 2,400 steps "
                             "(the share beside)",
     ("dec_enc_last", "full"): "where it fails, decoder self-attention and decoder-encoder attention kept the same "
