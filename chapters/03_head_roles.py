@@ -465,7 +465,7 @@ for seed in traces["default"]["seeds"]:
 # asserted; one that does not hold is stated as not reproduced at this scale, with the numbers. In full mode the study is
 # `chapters/studies/full.json`, written by `python -m minihead reproduce --seeds 1,2,3` (the default model of every
 # seed, trained, analysed and pruned alike; its head functions are those of
-# `python -m minihead emergence --config default --seeds 1,2,3`, the same settings and seeds).
+# `python -m minihead emergence --config default --seeds 1,2,3`, the same models).
 
 # %%
 from minihead import findings
