@@ -308,6 +308,16 @@ def bench_relevance(params, cfg, batches, repeats=3, rules=None):
 
 
 # --------------------------------------------------------------------------- interleaved rounds
+def one_pass(step, batches):
+    """A contender: one pass of ``step`` over ``batches``, ending with a device synchronisation (so a round times
+    finished work)."""
+    def run_pass():
+        for b in batches:
+            step(b)
+        synchronize()
+    return run_pass
+
+
 def interleaved(contenders, rounds, log=None):
     """Run each contender once per round, the order rotating by one each round; returns
     {name: [seconds of round 0, round 1, ...]}. A contender is a no-argument function."""
@@ -391,11 +401,7 @@ def run(config="default", vocab_size=1200, rounds=7, with_torch=True, with_autog
         f"{threads if threads else 'default (' + str(os.cpu_count()) + ' cores)'}; {rounds} interleaved rounds")
 
     def over_batches(step):
-        def one_pass():
-            for b in batches:
-                step(b)
-            synchronize()
-        return one_pass
+        return one_pass(step, batches)
     contenders = {OURS: over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))}
     ours = [OURS]
     if gpu:
@@ -492,16 +498,10 @@ def heads_run(config="default", counts=(2, 4, 8), vocab_size=1200, rounds=7, log
     log(f"config {config!r} with {', '.join(str(h) for h in counts)} heads a layer (d_model {base.d_model}, vocabulary "
         f"{vocab_size}); {len(batches)} batches of ~{n_tok // len(batches)} target tokens; {rounds} interleaved rounds")
 
-    def over_batches(step):
-        def one_pass():
-            for b in batches:
-                step(b)
-            synchronize()
-        return one_pass
     contenders = {}
     for h in counts:
         cfg = replace(base, n_heads=h)
-        contenders[h] = over_batches(numpy_step_fn(cfg, model.init_params(cfg, 0)))
+        contenders[h] = one_pass(numpy_step_fn(cfg, model.init_params(cfg, 0)), batches)
     for fn in contenders.values():               # warm-up
         fn()
     times = interleaved(contenders, rounds, log)
