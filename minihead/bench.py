@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 from . import backend, kernels, lrp, model, shards
 from .data.corpus import REPO_ROOT
@@ -488,7 +489,6 @@ def heads_run(config="default", counts=(2, 4, 8), vocab_size=1200, rounds=7, log
     d_model / H dimensions), over the same batches, interleaved; returns {"config", "rounds", "counts",
     "throughput": {H: {median, min, max}} (target tokens / s), "ratio": {H: {median, min, max}}}, the ratio being
     the first count's time over this count's within each round (above 1: this count is faster)."""
-    from dataclasses import replace
     base = bench_config(config, vocab_size)
     bad = [h for h in counts if h < 1 or base.d_model % h]
     if not counts or bad:

@@ -218,7 +218,7 @@ def cmd_prune(a):
           f"{len(corpus.train_src)} training pairs")
     settings = PruneSettings(lr_gates=a.lr_gates or None, lr_params=a.lr_params, reduction=a.reduction,
                              max_tokens=max_tokens, seed=a.seed, settle=a.settle,
-                             finetune=getattr(a, "finetune", False))
+                             finetune=a.finetune)
     r = prune(ck.params, ck.cfg, corpus, kinds, a.lam, a.steps, settings, progress=True)
     src, ref = [s for s, _ in pairs["test"]], [t for _, t in pairs["test"]]
     before = gated_bleu(ck.params, ck.cfg, ck.vocab, src, ref, n=a.n_test)
@@ -235,7 +235,7 @@ def cmd_prune(a):
     if a.out:
         checkpoint.save(a.out, r.params, ck.cfg, ck.vocab, meta={**ck.meta, "pruned": {
             "kinds": list(kinds), "lambda": a.lam, "steps": a.steps, "seed": a.seed,
-            "finetune": bool(getattr(a, "finetune", False))}},
+            "finetune": settings.finetune}},
             extra={f"log_alpha.{k}": v for k, v in r.log_alpha.items()})
         print(f"saved {a.out}")
     return {"retained": r.retained, "bleu_before": before, "bleu_after": after, "bleu_after_continuous": after_c,

@@ -39,7 +39,7 @@ default ``readout="binary"``, used for "heads kept" and BLEU); the official code
 g = clip(sigmoid(log_alpha)(zeta - gamma) + gamma, 0, 1) (Louizos eq. 13; a head kept iff g > 0, BLEU scored
 with the fractional gates) is reported beside it (``readout="continuous"``).
 """
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
 from . import backend
@@ -62,6 +62,7 @@ from .translate import translate
 KIND_SETS = {"enc": ("enc",), "all": GATE_KINDS}   # the CLI's --kinds
 READOUTS = ("binary", "continuous")                # test-time gates: the paper's / the official code's
 SETTLED_AT = 0.95                                  # a gate is settled when max(P(g=0), P(g=1)) > this
+LATER_SETTINGS = {"finetune": False}               # PruneSettings fields added later, with the value older runs had
 
 
 class PruneError(MiniheadError, ValueError):
@@ -74,9 +75,9 @@ class PruneSettings:
     says what each does). The defaults are the ones this project uses: gates with their own Adam at ``lr_gates``
     (None: the official code's joint optimiser, gates at ``lr_params``), eq. 6's sum over heads
     (``reduction="layer_mean"``: the official code's), gates starting open (``init``), and a run that stops once
-    the share ``settle`` of its gates is settled (None: always the full cap), and with ``finetune`` the weights train on with the settled gates fixed
-for the rest of the cap (a fixed budget). A cached run's key holds every field
-    (:func:`minihead.stages.prune_study`), so a changed default is a new key."""
+    the share ``settle`` of its gates is settled (None: always the full cap), and with ``finetune`` the weights train
+    on with the settled gates fixed for the rest of the cap (a fixed budget). A cached run's key holds every field
+    (:meth:`to_dict`, :func:`minihead.stages.prune_study`), so a changed default is a new key."""
     lr_gates: Optional[float] = 0.1
     lr_params: float = 1e-3
     reduction: str = "sum"
@@ -89,6 +90,11 @@ for the rest of the cap (a fixed budget). A cached run's key holds every field
     hc: HardConcrete = field(default_factory=HardConcrete)
     settle: Optional[float] = 0.9
     finetune: bool = False
+
+    def to_dict(self):
+        """Every field as a dict (the gate's constants as a dict), except a field added later at the value every run
+        had before it existed (:data:`LATER_SETTINGS`), so the runs cached before it keep their keys."""
+        return {k: v for k, v in asdict(self).items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
 
     @classmethod
     def of(cls, **settings):
@@ -107,9 +113,9 @@ for the rest of the cap (a fixed budget). A cached run's key holds every field
                 or self.log_every < 1 or (self.settle is not None and not 0 < self.settle <= 1)
                 or (self.finetune and (self.settle is None or self.lr_params <= 0))):
             raise PruneError(f"prune: need lr_gates > 0 (or None with lr_params > 0), lr_params >= 0, log_every >= 1, "
-                             f"settle in (0, 1] or None, and settle and lr_params > 0 to finetune (got lr_gates={self.lr_gates}, "
-                             f"lr_params={self.lr_params}, log_every={self.log_every}, settle={self.settle}, "
-                             f"finetune={self.finetune})")
+                             f"settle in (0, 1] or None, and settle and lr_params > 0 to finetune (got lr_gates="
+                             f"{self.lr_gates}, lr_params={self.lr_params}, log_every={self.log_every}, settle="
+                             f"{self.settle}, finetune={self.finetune})")
         return self
 
 
@@ -227,8 +233,9 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
     epoch). Every ``log_every`` steps the settled share (gates with max(P(g = 0), P(g = 1)) > SETTLED_AT,
     :func:`minihead.gates.settled_share`) is logged; with ``settle`` (a share in (0, 1]; None: always run
     ``steps``) the gate phase stops at the first logged step where it is >= ``settle``; with ``finetune`` the gates
-    are then fixed at their binary readout and the weights train on to step ``steps`` (:func:`_finetune`). ``on_step(step, params,
-    log_alpha)``, if given, is called after every step (the step-matched reference evaluates the run there).
+    are then fixed at their binary readout and the weights train on to step ``steps`` (:func:`_finetune`).
+    ``on_step(step, params, log_alpha)``, if given, is called after every step (the step-matched reference
+    evaluates the run there).
     Same seed, same numbers. Returns a :class:`PruneResult` (binary and continuous readouts)."""
     kinds = check_kinds(kinds)
     st = settings or PruneSettings()
@@ -259,9 +266,7 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
         ce, l0, grads, dla = gated_loss_and_grads(params, cfg, batch, log_alpha, u, lam, st.reduction, hc, gen_drop)
         opt_gates.step(log_alpha, dla, lr_g)
         if opt_model is not None:
-            g_model = {n: grads[n] for n in names if n in grads}
-            clip_grad_norm(g_model, st.clip)
-            opt_model.step(params, g_model, st.lr_params)
+            _weight_step(params, grads, names, opt_model, st)
         ce_acc, n_acc = ce_acc + float(ce), n_acc + 1
         if on_step is not None:
             on_step(step, params, log_alpha)
@@ -290,6 +295,14 @@ def prune(params, cfg, corpus, kinds=("enc",), lam=0.01, steps=300, settings=Non
                        settled, gate_steps, tuned)
 
 
+def _weight_step(params, grads, names, opt_model, st):
+    """The weights' update of a pruning or fine-tuning step: the gradients of the weights named ``names``, their
+    norm clipped to ``st.clip``, one Adam step at the constant ``st.lr_params``."""
+    g_model = {n: grads[n] for n in names if n in grads}
+    clip_grad_norm(g_model, st.clip)
+    opt_model.step(params, g_model, st.lr_params)
+
+
 def _batch_stream(all_batches, seed):
     """A function returning the next batch: each epoch visits every batch once, in an order shuffled by (seed,
     epoch) (the gate phase and the fine-tuning draw from one stream, so fine-tuning goes on where pruning stopped)."""
@@ -313,9 +326,7 @@ def _finetune(params, cfg, gates, names, opt_model, next_batch, gen_drop, st, st
     ce_acc, n_acc, step = 0.0, 0, start
     for step in range(start + 1, steps + 1):
         ce, grads, _ = loss_and_grads(params, cfg, next_batch(), gates=gates, rng=gen_drop)
-        g_model = {n: grads[n] for n in names if n in grads}
-        clip_grad_norm(g_model, st.clip)
-        opt_model.step(params, g_model, st.lr_params)
+        _weight_step(params, grads, names, opt_model, st)
         ce_acc, n_acc = ce_acc + float(ce), n_acc + 1
         if on_step is not None:
             on_step(step, params)

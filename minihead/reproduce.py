@@ -82,8 +82,8 @@ def reproduce_seeds(seeds, s, out="report", progress=True, log=print, runs=None)
     with tqdm(total=N_STAGES * len(seeds), desc="reproduce", unit="stage", disable=not progress) as bar:
         for k in seeds:
             bar.set_description(f"reproduce, seed {k}")
-            path, verdicts, bleu, elapsed, model = run_study(s, os.path.join(out, f"seed-{k}"), progress, seed=k, runs=runs,
-                                                      bar=bar)
+            path, verdicts, bleu, elapsed, model = run_study(s, os.path.join(out, f"seed-{k}"), progress, seed=k,
+                                                             runs=runs, bar=bar)
             per_seed.append({"seed": k, "report": os.path.relpath(path, out), "test_bleu": bleu, "model": model,
                              "seconds": elapsed, "findings": {n: v.to_dict() for n, v in verdicts.items()}})
     path = report.write_seeds_report(out, seeds_doc(s, per_seed))

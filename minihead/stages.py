@@ -14,7 +14,7 @@ The chapters and the ``reproduce`` and ``emergence`` commands take their stages 
 import hashlib
 import json
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from . import backend, checkpoint, findings, importance, lrp, needs
 from . import prune as pruning          # the algorithm (its module name: tests replace pruning.prune to spy on it)
@@ -245,15 +245,10 @@ def baseline(study, n_test=None, cache_dir=None):
                                                                       n=n_test)})
 
 
-LATER_PRUNE_SETTINGS = {"finetune": False}   # PruneSettings fields added later, with the value older keys had
-
-
 def _settings_key(settings):
-    """Every field of a :class:`minihead.prune.PruneSettings` (the gate's constants as a dict): a changed default
-    is a new key. A field added later is left out at the value every run had before it existed, so the runs cached
-    before it keep their keys."""
-    return {k: v for k, v in asdict(settings).items()
-            if not (k in LATER_PRUNE_SETTINGS and v == LATER_PRUNE_SETTINGS[k])}
+    """Every field of a :class:`minihead.prune.PruneSettings` (:meth:`~minihead.prune.PruneSettings.to_dict`): a
+    changed default is a new key."""
+    return settings.to_dict()
 
 
 def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=None, after=None):

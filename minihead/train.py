@@ -41,12 +41,12 @@ class TrainConfig:
     shards: int = 1               # each batch's rows split over this many processes (minihead.shards); 1: no split
 
     def to_dict(self):
-        """The settings as a dict; a setting added later (``shards``, ``min_delta``) is left out at its default, so the records
-        and cache keys written before it existed (checkpoint metadata, from-scratch keys) stay valid."""
+        """The settings as a dict; a setting added later (``shards``, ``min_delta``) is left out at its default, so
+        the records and cache keys written before it existed (checkpoint metadata, from-scratch keys) stay valid."""
         return {k: v for k, v in asdict(self).items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
 
 
-LATER_SETTINGS = {"shards": 1, "min_delta": 0.0}   # settings added after models were saved, with the value those models had
+LATER_SETTINGS = {"shards": 1, "min_delta": 0.0}   # settings added after models were saved, with those models' values
 
 
 CURVE_EVERY = 20   # steps between points of the training curve (running mean since the last evaluation)
