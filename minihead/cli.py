@@ -366,6 +366,8 @@ def validate_emergence(a):
             raise UsageError(f"--trace {a.trace}: give the number of steps between measurements, at least 1")
         if a.prune or a.study:
             raise UsageError("--trace measures along training; run --prune and --study without it")
+        if a.split != "dev":
+            raise UsageError("--trace measures on the dev trees, where recipes are chosen; run --split test without it")
     if a.figure:
         if a.trace is None:
             raise UsageError("--figure plots a trace; give --trace N with it")
@@ -517,7 +519,9 @@ def build_parser():
                    ".conllu) (default data_small; data_small/control is the control language)")
     e.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override preset settings (not the seed)")
-    e.add_argument("--n-trees", type=integer(1), default=None, help="measure on the first N dev trees (default all)")
+    e.add_argument("--n-trees", type=integer(1), default=None, help="measure on the first N trees (default all)")
+    e.add_argument("--split", default="dev", choices=("dev", "test"), help="the gold trees the roles are judged on: "
+                   "dev, where recipes are chosen (default), or test, where a chosen recipe is judged")
     e.add_argument("--runs", default="runs/emergence", help="cache folder of the models")
     e.add_argument("--json", default=None, help="also write the results to this JSON file")
     e.add_argument("--prune", default=None, metavar="LAMBDAS",

@@ -249,16 +249,17 @@ def cmd_emergence(a):
     results = []
     for seed in a.seeds_list:
         print(f"seed {seed}: training / measuring ({a.config}, {a.data})", flush=True)
-        results.append(run_seed(a.data, a.config, seed, a.settings, a.runs, a.n_trees, prune_lambdas=a.prune_lambdas))
+        results.append(run_seed(a.data, a.config, seed, a.settings, a.runs, a.n_trees, prune_lambdas=a.prune_lambdas,
+                                split=a.split))
     print(f"\n## Emergence: {a.config}, {a.data}, seeds {','.join(map(str, a.seeds_list))}, "
-          f"{study.blas_threads()} BLAS thread(s)\n")
+          f"roles on the {a.split} trees, {study.blas_threads()} BLAS thread(s)\n")
     print(report.emergence_table(results))
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)   # validated as creatable
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump([r.__dict__ for r in results], f, indent=1)
     if a.study:
-        checkpoint.save_json(a.study, study.emergence_doc(results, a.config, a.data, a.n_trees, a.settings))
+        checkpoint.save_json(a.study, study.emergence_doc(results, a.config, a.data, a.n_trees, a.settings, a.split))
     return results
 
 

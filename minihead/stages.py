@@ -184,14 +184,15 @@ def needs_after(study):
 EMERGENCE_VERSION = 2    # the emergence measurement of one seed (emergence_stage)
 
 
-def emergence_stage(study, data, n_trees=None):
-    """The three head functions of one seed's model on its first ``n_trees`` dev trees, as plain dicts of
-    :mod:`minihead.findings` (positional sec. 5.1, syntactic sec. 5.2, rare-word sec. 5.3), with the seed's best
-    dev BLEU and the step it was reached at (``data``: the folder the study was loaded from); cached as
-    emergence.json beside the model, keyed by the trees and
-    the model's parameters (a model trained on with ``train --resume`` is measured again)."""
-    trees = study.trees["dev"][:n_trees]
-    key = {"version": EMERGENCE_VERSION, "n_trees": n_trees, "trees": data_fingerprint(data, ("dev.conllu",)),
+def emergence_stage(study, data, n_trees=None, split="dev"):
+    """The three head functions of one seed's model on its first ``n_trees`` trees of ``split`` (dev, where recipes
+    are chosen, or test, where a chosen recipe is judged), as plain dicts of :mod:`minihead.findings` (positional
+    sec. 5.1, syntactic sec. 5.2, rare-word sec. 5.3), with the seed's best dev BLEU and the step it was reached at
+    (``data``: the folder the study was loaded from); cached as emergence.json (emergence-test.json for the test
+    trees) beside the model, keyed by the trees and the model's parameters (a model trained on with
+    ``train --resume`` is measured again)."""
+    trees = study.trees[split][:n_trees]
+    key = {"version": EMERGENCE_VERSION, "n_trees": n_trees, "trees": data_fingerprint(data, (f"{split}.conllu",)),
            "model": params_fingerprint(study.params)}
 
     def compute():
@@ -199,7 +200,8 @@ def emergence_stage(study, data, n_trees=None):
         best = max(study.history, key=lambda h: h["dev_bleu"])   # the evaluation that wrote best.npz
         return {"dev_bleu": best["dev_bleu"], "steps": best["step"], "positional": pos, "syntactic": syn,
                 "rare": rare}
-    r = cached_json(os.path.join(_cache_dir(study, None), "emergence.json"), key, compute)
+    name = "emergence.json" if split == "dev" else f"emergence-{split}.json"   # the dev cache keeps its old name
+    r = cached_json(os.path.join(_cache_dir(study, None), name), key, compute)
     r.pop("cached", None)
     return checkpoint.plain(r)   # the same plain values whether computed or read back
 

@@ -271,11 +271,15 @@ def study_provenance(s, data=None):
                              "criteria": findings.CRITERIA_VERSION, "roles_trees": ROLES_SPLIT})
 
 
-def emergence_provenance(config, data, n_trees, overrides):
+def emergence_provenance(config, data, n_trees, overrides, split="dev"):
     """What determines an emergence study's verdicts besides the code: the preset's settings with the overrides
-    applied, the data's content hash (text and dev trees) and the number of dev trees measured."""
+    applied, the data's content hash (text and dev trees, and the test trees when the roles are judged on them) and
+    the number of trees measured. ``split`` is named only when it is not dev, so the studies written before it
+    could be chosen keep their provenance."""
+    files = STUDY_FILES + (("test.conllu",) if split != "dev" else ())
     return checkpoint.plain({"kind": "emergence", "preset": preset_settings(config, **overrides),
-                             "data": data_fingerprint(data, STUDY_FILES), "n_trees": n_trees})
+                             "data": data_fingerprint(data, files), "n_trees": n_trees,
+                             **({"roles_trees": split} if split != "dev" else {})})
 
 
 def seeds_doc(s, per_seed):
@@ -329,7 +333,7 @@ def model_mismatches(docs):
     return bad, n
 
 
-def emergence_doc(results, config, data, n_trees, overrides):
+def emergence_doc(results, config, data, n_trees, overrides, split="dev"):
     """The emergence study over seeds as the chapters read it (:func:`load_shipped_study`): per-seed verdicts of
     the three head functions, :func:`minihead.findings.summarize` of them, and the provenance."""
     per_seed = [{"seed": r.seed, "dev_bleu": r.dev_bleu, "steps": r.steps, **({"model": r.model} if r.model else {}),
@@ -340,7 +344,7 @@ def emergence_doc(results, config, data, n_trees, overrides):
     return {"study": config, "data": _relative(data), "seeds": [r.seed for r in results],
             "blas_threads": blas_threads(), "per_seed": per_seed,
             "summary": findings.summarize([p["findings"] for p in per_seed]),
-            "provenance": {**emergence_provenance(config, data, n_trees, overrides),
+            "provenance": {**emergence_provenance(config, data, n_trees, overrides, split),
                            "criteria": findings.CRITERIA_VERSION}}
 
 
@@ -409,7 +413,7 @@ def load_shipped_study(name="quick"):
                   f"--out report-{name}` and copy report-{name}/study.json to chapters/studies/{name}.json")
     else:
         remake = (f"remake it with `python -m minihead emergence --config {name} --seeds 1,2,3 "
-                  f"--study chapters/studies/{name}.json`")
+                  f"--study chapters/studies/{name}.json` (with `--split test` for a study judged on the test trees)")
     if not os.path.exists(path):
         raise MiniheadError(f"{path}: no study over seeds for {name!r}; {remake}")
     doc = _read_json(path, "study", remake)
@@ -427,7 +431,8 @@ def load_shipped_study(name="quick"):
         if doc.get("study", name) != name or doc.get("data", "data_small") != "data_small":
             remake = (f"remake it with `python -m minihead emergence --config {doc.get('study', name)} --seeds 1,2,3 "
                       f"--data {doc.get('data', 'data_small')} --study chapters/studies/{name}.json`")
-        want = {**emergence_provenance(doc.get("study", name), data, have.get("n_trees"), {}),
+        want = {**emergence_provenance(doc.get("study", name), data, have.get("n_trees"), {},
+                                       have.get("roles_trees", "dev")),
                 "criteria": findings.CRITERIA_VERSION}   # judged by today's criteria
     check_provenance(path, have, want, remake)
     return doc

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minihead import emergence
-from minihead import cli, findings, report, stages, study
+from minihead import checkpoint, cli, findings, report, stages, study
 from minihead.data.corpus import REPO_ROOT
 from minihead.cli import main
 
@@ -64,6 +64,37 @@ def test_emergence_prunes_encoder_heads_and_judges_survivors(tmp_path):
         assert [lh for lh in k["heads"] if tuple(lh) in roles] == k["with_role"]
     assert set(p["prunable"]) >= {"status", "numbers"} and set(p["functions_survive"]) >= {"status", "numbers"}
     assert emergence.run_seed(*args, **kw).pruning == p
+
+
+def test_split_test_judges_the_roles_on_the_test_trees(tmp_path, monkeypatch):
+    """`emergence --split test` measures the same model on the first N TEST trees (dev is where recipes are chosen,
+    test where a chosen recipe is judged): its verdicts are stages.measure_functions' on those trees, cached apart
+    from the dev measurement (both read back unchanged), and its study names the split and the test trees' hash, so
+    a shipped study judged on test is checked against test.conllu and one claiming the dev trees is refused."""
+    from minihead.errors import MiniheadError
+    from minihead.train import PRESETS
+    settings = dict(max_steps=3, eval_every=3, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)
+    args = ("data_small", "quick", 1, settings, str(tmp_path / "runs"), 6)
+    on_test = emergence.run_seed(*args, progress=False, split="test")
+    on_dev = emergence.run_seed(*args, progress=False)
+    s = study.load_study("quick", "data_small", runs=str(tmp_path / "runs"), progress=False, seed=1, **settings)
+    pos, syn, rare = stages.measure_functions(s.params, s.cfg, s.vocab, s.trees["test"][:6], s.corpus.src_freq)
+    assert (on_test.positional, on_test.syntactic, on_test.rare) == tuple(map(checkpoint.plain, (pos, syn, rare)))
+    assert on_test.syntactic != on_dev.syntactic and on_test.model == on_dev.model
+    assert emergence.run_seed(*args, progress=False, split="test").__dict__ == on_test.__dict__
+    assert emergence.run_seed(*args, progress=False).__dict__ == on_dev.__dict__
+    data = str(pathlib.Path(str(REPO_ROOT)) / "data_small")
+    doc = study.emergence_doc([on_test], "quick", data, 6, {}, split="test")
+    assert doc["provenance"]["roles_trees"] == "test"
+    assert "roles_trees" not in study.emergence_doc([on_dev], "quick", data, 6, {})["provenance"]
+    monkeypatch.setattr(study, "STUDIES", str(tmp_path))
+    monkeypatch.setitem(PRESETS, "emerge-like", PRESETS["quick"])
+    (tmp_path / "emerge-like.json").write_text(json.dumps({**doc, "study": "emerge-like"}))
+    assert study.load_shipped_study("emerge-like")["seeds"] == [1]
+    forged = {**doc, "study": "emerge-like", "provenance": {**doc["provenance"], "roles_trees": "dev"}}
+    (tmp_path / "emerge-like.json").write_text(json.dumps(forged))
+    with pytest.raises(MiniheadError, match=r"stale"):
+        study.load_shipped_study("emerge-like")
 
 
 def test_shipped_emergence_study_is_checked_against_the_preset_and_data(tmp_path, monkeypatch):
@@ -184,6 +215,8 @@ def test_trace_command_prints_writes_and_plots(tmp_path, capsys):
     (["emergence", "--trace", "0"], "--trace 0: give the number of steps"),
     (["emergence", "--trace", "100", "--prune", "0.1"], "run --prune and --study without it"),
     (["emergence", "--figure", "x.png"], "--figure plots a trace; give --trace N"),
+    (["emergence", "--trace", "100", "--split", "test"], "run --split test without it"),
+    (["emergence", "--split", "train"], "invalid choice: 'train'"),
 ])
 def test_emergence_refuses_bad_arguments_in_one_line(argv, message, capsys):
     """Bad seeds, a seed given through --set, a missing data folder and a non-positive --n-trees exit 2 with one
