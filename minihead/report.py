@@ -477,7 +477,8 @@ def update_readme(path=None):
 EMERGENCE_MARKERS = ("<!-- emergence:begin -->", "<!-- emergence:end -->")
 EMERGENCE_DOC = os.path.join("docs", "experiments.md")
 EMERGENCE_STUDIES = (("emerge", "needs"), ("emerge-control", "control"),
-                     ("emerge-matched", "matched control"))   # shipped study, language, in order
+                     ("emerge-matched", "matched control"),
+                     ("heads8", "needs, 8 heads of 16"))   # shipped study, language (and recipe), in order
 
 
 def _emergence_row(label, p):
@@ -495,21 +496,24 @@ def _emergence_row(label, p):
 
 
 def emergence_studies_block(studies=None):
-    """The default preset's head functions on the language that needs them and on its two controls, one row per seed,
-    then each study's findings table (:func:`minihead.findings.findings_table`), rendered from the shipped
+    """The default preset's head functions on the language that needs them and on its two controls, and the heads8
+    preset's on the language that needs them, one row per seed, then each study's findings table (:func:`minihead.findings.findings_table`), rendered from the shipped
     emergence studies (:data:`EMERGENCE_STUDIES`, read by :func:`minihead.study.load_shipped_study`, which refuses a
-    stale one) for docs/experiments.md. ``studies``: {name: document}, default the shipped files."""
+    stale one) for docs/experiments.md. ``studies``: {name: document}, default the shipped files (given, only those
+    named are shown, in the order of :data:`EMERGENCE_STUDIES`)."""
     if studies is None:
         studies = {name: load_shipped_study(name) for name, _ in EMERGENCE_STUDIES}
+    shown = [(name, label) for name, label in EMERGENCE_STUDIES if name in studies]
     lines = ["| language | seed | dev BLEU | best +-1 head: share, confidence | positional heads (share >= "
              f"{findings.POSITIONAL_SHARE:g}) | syntactic relations: best margin over the offset baseline, points "
              f"(bold: >= {findings.SYNTACTIC_MARGIN * 100:.0f}) | best first-layer head on the rarest token: "
              "share / chance |", "|---|---|---|---|---|---|---|"]
-    for name, label in EMERGENCE_STUDIES:
+    for name, label in shown:
         lines += [_emergence_row(label, p) for p in studies[name]["per_seed"]]
-    for name, label in EMERGENCE_STUDIES:
+    for name, label in shown:
         doc = studies[name]
-        lines += ["", f"*{label}* (`chapters/studies/{name}.json`, {len(doc['seeds'])} seeds, roles on the dev "
+        split = doc.get("provenance", {}).get("roles_trees", "dev")
+        lines += ["", f"*{label}* (`chapters/studies/{name}.json`, {len(doc['seeds'])} seeds, roles on the {split} "
                   "trees):", "", findings.findings_table(doc["summary"])]
     return "\n".join(lines)
 

@@ -368,21 +368,36 @@ def scratch_budget(study, prune_steps, prune_max_tokens=None):
     return int(study.history[-1]["step"]) + int(round(steps))
 
 
+PLATEAU = "plateau"   # a scale's scratch_steps: train from scratch to the study's own stopping rule
+
+
+def scratch_steps(study, s, run):
+    """The budget of the from-scratch twin of pruning run ``run`` at scale ``s`` (:data:`minihead.study.SCALES`):
+    the scale's ``scratch_steps`` when set, a number of steps or :data:`PLATEAU` (trained as the study model was,
+    until its dev-BLEU plateau rule stops it: Table 2 (sec. 6.3) compares with the configuration "trained from scratch", which
+    for a recipe trained to convergence means to the same convergence); otherwise the same budget as the pruned model
+    (:func:`scratch_budget` of the steps that pruning run used)."""
+    return s["scratch_steps"] or scratch_budget(study, run.get("steps_used", s["prune_steps"]),
+                                                prune_max_tokens=s.get("prune", {}).get("max_tokens"))
+
+
 def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=False):
     """Train the study's architecture from random initialisation (the study's seed, so the same initial
     weights and batch order) with the head configuration ``retained`` fixed (kind -> (L, H) bool; 0/1 gates,
-    missing kinds all 1) for ``steps`` steps with the study's training settings (lr schedule, batches,
-    dropout), and score the final model (one dev evaluation, at the end; no early stopping or checkpoint
-    selection, like the pruned model) on the test set with the same gates. Cached as
-    ``scratch-<hash>.json`` beside its run folder ``scratch-<hash>/``; the training writes ``last.npz`` every
-    ``SCRATCH_SAVE_EVERY`` steps, so an interrupted run resumes there. Returns dict bleu, steps, best_dev_bleu,
-    history, cached."""
+    missing kinds all 1) with the study's training settings (lr schedule, batches, dropout), and score it on the
+    test set with the same gates. ``steps``: a number of steps, after which the final model is scored (one dev
+    evaluation, at the end; no early stopping or checkpoint selection, like the pruned model), or :data:`PLATEAU`:
+    the study's own evaluations and stopping rule (``max_steps``, ``patience``, ``min_delta``), the best dev
+    checkpoint scored, as the study model was chosen. Cached as ``scratch-<hash>.json`` beside its run folder
+    ``scratch-<hash>/``; the training writes ``last.npz`` every ``SCRATCH_SAVE_EVERY`` steps, so an interrupted
+    run resumes there. Returns dict bleu, steps (trained), best_dev_bleu, history, cached."""
     masks = {k: backend.to_host(v).astype(bool).tolist() for k, v in retained.items() if v is not None}
     meta = checkpoint.load(study.path).meta
     if "train" not in meta:
         raise pruning.PruneError(f"{study.path}: no training settings in the checkpoint metadata")
-    # one dev evaluation, at the end: the model scored is the final one, as for the pruned model
-    tcfg = replace(TrainConfig(**meta["train"]), max_steps=int(steps), eval_every=int(steps))
+    tcfg = TrainConfig(**meta["train"])
+    if steps != PLATEAU:   # one dev evaluation, at the end: the model scored is the final one, as for the pruned model
+        tcfg = replace(tcfg, max_steps=int(steps), eval_every=int(steps))
     key = {**study_key(study, n_test), "what": "scratch", "masks": masks, "train": tcfg.to_dict()}
     name = f"scratch-{key_hash(key)}"
     folder = _cache_dir(study, cache_dir)
@@ -395,7 +410,7 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
         best = checkpoint.load(res.best_path, expect_cfg=study.cfg)
         src, ref = study.splits["test"]
         bleu = pruning.gated_bleu(best.params, study.cfg, study.vocab, src, ref, gates=gates, n=n_test)
-        return {"bleu": bleu, "steps": int(steps), "best_dev_bleu": float(res.best_bleu),
+        return {"bleu": bleu, "steps": int(res.history[-1]["step"]), "best_dev_bleu": float(res.best_bleu),
                 "history": res.history, "retained": masks}
     return cached_json(os.path.join(folder, name + ".json"), key, compute)
 
@@ -419,8 +434,7 @@ def prune_stages(study, s, progress, done=lambda stage: None):
                  progress=progress)
     done("prune all")
     # the same budget: base training plus the steps that pruning run actually used (it stops once settled)
-    scratch = [from_scratch(study, r["retained"], s["scratch_steps"] or scratch_budget(
-        study, r.get("steps_used", s["prune_steps"]), prune_max_tokens=kw.get("max_tokens")), n_test=s["n_test"])
-        for r in allk[-s["n_scratch"]:]]
+    scratch = [from_scratch(study, r["retained"], scratch_steps(study, s, r), n_test=s["n_test"])
+               for r in allk[-s["n_scratch"]:]]
     done("from scratch")
     return base, enc, allk, scratch

@@ -333,6 +333,37 @@ def test_from_scratch_training_uses_the_masks(study, tmp_path):
     assert again["cached"] and again["bleu"] == r["bleu"]
 
 
+def test_from_scratch_to_the_plateau_trains_as_the_study_model_was(study, tmp_path):
+    """steps = "plateau": the configuration trained from scratch with the study's own training settings (the same
+    evaluations every eval_every steps and the same stopping rule, patience and min_delta), so it is the run
+    train() makes with those settings and the fixed gates, step for step; its best dev checkpoint is scored (BLEU
+    with the gates on the test pairs), its steps are those trained; a second call is a cache hit, kept apart from
+    a fixed budget's. stages.scratch_steps gives a scale's budget: its scratch_steps when set, else the pruned
+    model's budget."""
+    retained = {"enc": np.array([[True, False, True, True], [True, True, True, False]])}
+    cfg, tcfg = tiny_cfg(study.corpus, eval_every=6, patience=2, min_delta=1.0)   # several evaluations, a rule
+    base = train(study.corpus, cfg, tcfg, str(tmp_path / "base"), progress=False)
+    short = SimpleNamespace(**{**study.__dict__, "params": base.params, "cfg": cfg, "history": base.history,
+                               "path": base.best_path})
+    r = stages.from_scratch(short, retained, stages.PLATEAU, n_test=5, cache_dir=str(tmp_path))
+    gates = P.full_gates(cfg, {"enc": retained["enc"].tolist()})
+    twin = train(study.corpus, cfg, tcfg, str(tmp_path / "twin"), progress=False, gates=gates)
+    assert r["history"] == twin.history and len(twin.history) >= 2
+    assert [h["step"] for h in r["history"]] == [min(6 * (i + 1), 30) for i in range(len(twin.history))]
+    assert r["steps"] == twin.history[-1]["step"] and r["best_dev_bleu"] == twin.best_bleu
+    best = checkpoint.load(twin.best_path)
+    src, ref = study.splits["test"]
+    assert r["bleu"] == P.gated_bleu(best.params, cfg, study.vocab, src, ref, gates=gates, n=5)
+    again = stages.from_scratch(short, retained, stages.PLATEAU, n_test=5, cache_dir=str(tmp_path))
+    assert again["cached"] and again["bleu"] == r["bleu"]
+    fixed = stages.from_scratch(short, retained, r["steps"] + 1, n_test=5, cache_dir=str(tmp_path))
+    assert not fixed["cached"] and [h["step"] for h in fixed["history"]] == [r["steps"] + 1]
+    s = {"scratch_steps": None, "prune_steps": 50, "prune": {"max_tokens": 300}}
+    assert stages.scratch_steps(study, s, {"steps_used": 40}) == stages.scratch_budget(study, 40, prune_max_tokens=300)
+    assert stages.scratch_steps(study, s, {}) == stages.scratch_budget(study, 50, prune_max_tokens=300)
+    assert stages.scratch_steps(study, {**s, "scratch_steps": stages.PLATEAU}, {}) == stages.PLATEAU
+
+
 # ------------------------------------------------------------------ command line
 def test_prune_command_reports_heads_and_bleu(study, tmp_path, capsys):
     """``prune`` on the command line prints retained heads under both readouts, the settled share and BLEU
