@@ -313,6 +313,11 @@ def validate_reproduce(a):
     if any(real) and not all(real):
         raise UsageError("a real corpus needs --train-src, --train-tgt and --conllu")
     a.seeds_list = None if a.seeds is None else parse_seeds(a.seeds)
+    if a.quick and a.scale not in (None, "quick"):
+        raise UsageError(f"--quick is --scale quick; give one of --quick and --scale {a.scale}")
+    if a.scale is not None and any(real):
+        raise UsageError("--scale: a real corpus runs at quick or full scale; give --quick or nothing")
+    a.scale_name = a.scale or ("quick" if a.quick else "full")
     if a.seeds_list and any(real):
         raise UsageError("--seeds: the study over seeds runs on data_small; leave it out with a real corpus")
     if a.merge is not None and (any(real) or a.seeds_list):
@@ -334,7 +339,7 @@ def validate_reproduce(a):
     if a.merge is None:   # a merge trains nothing; a real corpus is cached under runs/ too
         check_output_folder(str(study.RUNS), "the runs folder")
     if not any(real) and a.merge is None:   # the run folders the models live in (one per seed), held throughout
-        s = study.SCALES["quick" if a.quick else "full"]
+        s = study.SCALES[a.scale_name]
         a.locks += [study.run_folder(s["study"], "data_small", study.RUNS, **study.study_overrides(s, k))
                     for k in (a.seeds_list or [None])]
     for folder in a.locks:
@@ -496,7 +501,11 @@ def build_parser():
     pr.add_argument("--out", default=None, help="save the pruned model here (.npz; log_alpha as extras)")
 
     rp = sp.add_parser("reproduce", help="the whole study, cached by stage, and a report beside the paper")
-    rp.add_argument("--quick", action="store_true", help="the quick model and reduced sweeps (minutes)")
+    rp.add_argument("--quick", action="store_true", help="the quick model and reduced sweeps (minutes); the same as "
+                    "--scale quick")
+    rp.add_argument("--scale", choices=sorted(study.SCALES), default=None, help="the scale of minihead/study.py's "
+                    "SCALES: quick, full (the default preset, the default scale) or heads8 (8 heads a layer, pruned as "
+                    "the paper prunes; hours a seed)")
     rp.add_argument("--out", default="report")
     rp.add_argument("--no-progress", action="store_true")
     rp.add_argument("--train-src", help="a real parallel corpus (raw text, one sentence a line): source side")

@@ -319,4 +319,4 @@ def cmd_reproduce(a):
         out = a.out if a.out != "report" else "report-real"
         return reproduce.reproduce_real(a.train_src, a.train_tgt, a.conllu, a.dev_src, a.dev_tgt, a.test_src,
                                         a.test_tgt, a.quick, out, not a.no_progress)
-    return reproduce.reproduce(a.quick, a.out, not a.no_progress, seeds=a.seeds_list)
+    return reproduce.reproduce(a.quick, a.out, not a.no_progress, scale=study.SCALES[a.scale_name], seeds=a.seeds_list)

@@ -21,6 +21,7 @@ from .data.corpus import REPO_ROOT
 from .errors import MiniheadError
 from .importance import plot_importance, uniform_top_quarter_share
 from .model import GATE_KINDS
+from .stages import PLATEAU
 from .study import ROLES_SPLIT, STUDIES, load_shipped_study, load_studies, load_trace
 from .train import PRESETS
 
@@ -271,6 +272,13 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
         n, sc = r["n_retained"], scratch_of.get(id(r))
         scratch_bleu = "-" if sc is None else f"{sc['bleu']:.2f}"
         lines.append(f"| {r['lam']:g} | {n['enc']} / {n['dec_self']} / {n['dec_enc']} | {r['bleu']:.2f} | {scratch_bleu} |")
+    if paired:   # how the from-scratch column was trained: the scale's budget (stages.scratch_steps)
+        budget = s.get("scratch_steps")
+        how = ("to the preset's own plateau of dev BLEU, its best dev checkpoint scored" if budget == PLATEAU else
+               f"for {budget} steps, the final model scored" if budget else
+               "for the pruned model's budget (its training steps plus the pruning steps), the final model scored")
+        lines += ["", f"Trained from scratch {how}: "
+                  + ", ".join(f"lambda {r['lam']:g}, {sc['steps']} steps" for r, sc in paired) + "."]
     lines += ["", "Paper (Table 2, WMT): " + "; ".join(f"{a}/{b}/{c}: {p:.2f} vs {q:.2f}"
                                                    for (a, b, c), p, q in paper.TABLE2["WMT"])]
     path = os.path.join(out, "README.md")

@@ -254,6 +254,17 @@ SCALES = {
              "n_scratch": 2, "scratch_steps": None,
              "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10},
              "prune_all": {"log_every": 5}},
+    # the study of the heads8 preset (8 heads a layer, trained to its plateau) as the paper prunes: each pruning run's
+    # gates trained until settled, then fixed while the weights train on to prune_steps (every lambda, 0 included,
+    # the same budget), the need scores along the encoder sweep, the most pruned configurations trained from scratch
+    # to the preset's own plateau. Its lambdas extend full's downwards, since 48 encoder heads leave more to prune.
+    # Not yet run over seeds: `reproduce --scale heads8 --seeds K` is several hours a seed on one core
+    "heads8": {"study": "heads8", "n_dev": 1000, "n_test": 1000, "n_ablation": 300, "prune_steps": 1200,
+               "enc_lambdas": (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3), "all_lambdas": (0.03, 0.1),
+               "n_scratch": 2, "scratch_steps": "plateau", "needs_after": True,
+               "prune": {"lr_gates": 0.1, "lr_params": 1e-3, "max_tokens": 3000, "seed": 0, "log_every": 10,
+                         "finetune": True},
+               "prune_all": {"log_every": 5}},
 }
 ROLES_SPLIT = "test"     # the split whose gold trees judge the head roles (dev is for choosing recipes)
 STUDIES = os.path.join(str(REPO_ROOT), "chapters", "studies")      # the shipped studies over seeds and traces

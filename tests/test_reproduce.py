@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from minihead import checkpoint, findings, reproduce, study
+from minihead import checkpoint, findings, reproduce, stages, study
 from minihead.stages import CacheError, cached_json, key_hash
 from minihead.cli import main
 from minihead.errors import MiniheadError
@@ -53,6 +53,23 @@ def test_reproduce_writes_a_report_beside_the_paper(tmp_path):
     assert len(again.pop("cached_stages")) == 5, "importance, baseline, two prunings and from scratch all cached"
     results.pop("cached_stages"), again.pop("seconds")
     assert again == results
+
+
+def test_reproduce_prunes_as_the_paper_does_at_a_tiny_scale(tmp_path):
+    """A scale in the heads8 scale's manner (pruning runs fine-tuned once their gates settle, the need scores along
+    the encoder sweep, the configuration trained from scratch to the preset's plateau rule) runs end to end on a
+    tiny model: each encoder run carries the functions and the need scores of its pruned model, the report has the
+    table of needs along the sweep and says how the from-scratch model was trained and for how many steps."""
+    scale = {**TINY, "train": TINY_MODEL, "enc_lambdas": (0.0, 0.05), "scratch_steps": stages.PLATEAU,
+             "needs_after": True, "prune": {**TINY["prune"], "finetune": True}}
+    path = reproduce.reproduce(out=str(tmp_path / "r"), progress=False, scale=scale, log=lambda *a: None)
+    text = pathlib.Path(path).read_text()
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert [r["lam"] for r in results["enc"]] == [0.0, 0.05]
+    assert all(r["functions_after"] is not None and set(r["needs_after"]) for r in results["enc"])
+    assert "## Which jobs survive as encoder heads go" in text
+    assert f"Trained from scratch to the preset's own plateau of dev BLEU, its best dev checkpoint scored: lambda " \
+           f"0.05, {TINY_MODEL['max_steps']} steps." in text
 
 
 def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
@@ -118,6 +135,10 @@ def test_reproduce_over_seeds_counts_the_seeds_each_finding_holds_in(tmp_path):
     (["reproduce", "--seeds", "2,2"], "each once"),
     (["reproduce", "--seeds", "1", "--train-src", "a", "--train-tgt", "b", "--conllu", "c"],
      "--seeds: the study over seeds runs on data_small"),
+    (["reproduce", "--quick", "--scale", "full"], "--quick is --scale quick"),
+    (["reproduce", "--scale", "heads8", "--train-src", "a", "--train-tgt", "b", "--conllu", "c"],
+     "--scale: a real corpus runs at quick or full scale"),
+    (["reproduce", "--scale", "huge"], "invalid choice: 'huge'"),
 ])
 def test_reproduce_refuses_bad_seeds_in_one_line(argv, message, capsys):
     """reproduce --seeds takes distinct whole numbers, and only on data_small: anything else exits 2 with one
@@ -136,8 +157,29 @@ def test_reproduce_command_passes_its_seeds(tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "reproduce", lambda *a, **kw: calls.append((a, kw)))
     main(["reproduce", "--quick", "--seeds", "3,1", "--out", str(tmp_path / "r"), "--no-progress"])
     main(["reproduce", "--quick", "--out", str(tmp_path / "r"), "--no-progress"])
-    assert calls == [((True, str(tmp_path / "r"), False), {"seeds": [3, 1]}),
-                     ((True, str(tmp_path / "r"), False), {"seeds": None})]
+    main(["reproduce", "--scale", "heads8", "--seeds", "2", "--out", str(tmp_path / "r"), "--no-progress"])
+    main(["reproduce", "--out", str(tmp_path / "r"), "--no-progress"])
+    quick, full, heads8 = (study.SCALES[k] for k in ("quick", "full", "heads8"))
+    assert calls == [((True, str(tmp_path / "r"), False), {"scale": quick, "seeds": [3, 1]}),
+                     ((True, str(tmp_path / "r"), False), {"scale": quick, "seeds": None}),
+                     ((False, str(tmp_path / "r"), False), {"scale": heads8, "seeds": [2]}),
+                     ((False, str(tmp_path / "r"), False), {"scale": full, "seeds": None})]
+
+
+@pytest.mark.parametrize("name", sorted(study.SCALES))
+def test_every_scale_names_a_preset_and_settings_its_stages_take(name):
+    """Each scale of study.SCALES is runnable as written: its study is a preset, its pruning settings are
+    PruneSettings fields, its lambdas are non-negative with the lambda = 0 reference among the encoder ones, and
+    its from-scratch budget is a number of steps, None (the pruned model's budget) or "plateau" (the preset's own
+    stopping rule)."""
+    from minihead.prune import PruneSettings
+    from minihead.train import PRESETS
+    s = study.SCALES[name]
+    assert s["study"] in PRESETS
+    PruneSettings.of(**s.get("prune", {})).check()
+    PruneSettings.of(**{**s.get("prune", {}), **s.get("prune_all", {})}).check()
+    assert 0.0 in s["enc_lambdas"] and min(s["enc_lambdas"]) >= 0 and min(s["all_lambdas"]) > 0
+    assert s["scratch_steps"] in (None, stages.PLATEAU) or int(s["scratch_steps"]) > 0
 
 
 def test_a_model_trained_under_another_blas_thread_count_is_never_reused(tmp_path, monkeypatch):
