@@ -7,6 +7,7 @@ judged and :mod:`minihead.study` stored, beside the paper's numbers (:mod:`minih
 import json
 import math
 import os
+import textwrap
 
 import matplotlib
 from matplotlib.colors import to_rgb
@@ -768,7 +769,8 @@ def plot_need_matrix(doc, axes=None):
     axes[0].set_ylabel("encoder head switched off")
     fig = axes[0].figure
     fig.colorbar(image, ax=axes, label="drop in points (accuracy x 100; BLEU)", shrink=0.8)
-    fig.suptitle("What each encoder head does: the cost of switching it off alone (test set)")
+    title = "What each encoder head does: the cost of switching it off alone (test set)"
+    fig.suptitle(textwrap.fill(title, width=max(24, int(fig.get_figwidth() * 9))))   # one seed: a narrow figure
     return fig
 
 

@@ -276,3 +276,19 @@ def test_report_carries_figures_8_and_9_beside_the_paper(tmp_path):
     caption7 = next(line for line in text.splitlines() if line.startswith("*Encoder-head pruning"))
     assert "Figure 7" in caption7 and reports.PAPER_SAYS["prunable"] in caption7
     assert json.loads((tmp_path / "results.json").read_text())["findings"].keys() == findings.FINDINGS.keys()
+
+
+@pytest.mark.parametrize("n_seeds", [1, 3])
+def test_plot_need_matrix_keeps_its_title_on_the_canvas(n_seeds):
+    """plot_need_matrix of the shipped head x need study, with all its seeds or one (a narrow figure): the title
+    lies inside the figure (wrapped when the figure is narrow), a panel per seed, and no title or label
+    overprints another."""
+    from minihead import study
+    doc = study.load_needs()
+    doc = {**doc, "per_seed": doc["per_seed"][:n_seeds]}
+    fig = reports.plot_need_matrix(doc)
+    assert [a.get_title() for a in image_axes(fig)] == [f"seed {p['seed']}" for p in doc["per_seed"]]
+    fig.canvas.draw()
+    box, canvas = fig._suptitle.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+    assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1 and box.y1 <= canvas.y1, "the title runs off the figure"
+    assert_no_overlap(fig)
