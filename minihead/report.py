@@ -278,8 +278,8 @@ def write_report(out, study, s, imp, summ, rep, base, enc, allk, scratch, elapse
         how = ("to the preset's own plateau of dev BLEU, its best dev checkpoint scored" if budget == PLATEAU else
                f"for {budget} steps, the final model scored" if budget else
                "for the pruned model's budget (its training steps plus the pruning steps), the final model scored")
-        lines += ["", f"Trained from scratch {how}: "
-                  + ", ".join(f"lambda {r['lam']:g}, {sc['steps']} steps" for r, sc in paired) + "."]
+        steps = [f"lambda {r['lam']:g}, {sc['steps']} steps" for r, sc in paired if "steps" in sc]
+        lines += ["", f"Trained from scratch {how}" + (": " + ", ".join(steps) if steps else "") + "."]
     lines += ["", "Paper (Table 2, WMT): " + "; ".join(f"{a}/{b}/{c}: {p:.2f} vs {q:.2f}"
                                                    for (a, b, c), p, q in paper.TABLE2["WMT"])]
     path = os.path.join(out, "README.md")
@@ -487,7 +487,7 @@ EMERGENCE_MARKERS = ("<!-- emergence:begin -->", "<!-- emergence:end -->")
 EMERGENCE_DOC = os.path.join("docs", "experiments.md")
 EMERGENCE_STUDIES = (("emerge", "needs"), ("emerge-control", "control"),
                      ("emerge-matched", "matched control"),
-                     ("heads8", "needs, 8 heads of 16"))   # shipped study, language (and recipe), in order
+                     ("emerge-heads8", "needs, 8 heads of 16"))   # shipped study, language (and recipe), in order
 
 
 def _emergence_row(label, p):

@@ -440,8 +440,9 @@ def load_shipped_study(name="quick"):
     else:   # an emergence study names its data folder (the control's, say); older ones are of data_small
         data = os.path.join(str(REPO_ROOT), doc.get("data", "data_small"))
         if doc.get("study", name) != name or doc.get("data", "data_small") != "data_small":
+            split = " --split test" if have.get("roles_trees") == "test" else ""
             remake = (f"remake it with `python -m minihead emergence --config {doc.get('study', name)} --seeds 1,2,3 "
-                      f"--data {doc.get('data', 'data_small')} --study chapters/studies/{name}.json`")
+                      f"--data {doc.get('data', 'data_small')}{split} --study chapters/studies/{name}.json`")
         want = {**emergence_provenance(doc.get("study", name), data, have.get("n_trees"), {},
                                        have.get("roles_trees", "dev")),
                 "criteria": findings.CRITERIA_VERSION}   # judged by today's criteria

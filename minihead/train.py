@@ -76,7 +76,7 @@ PRESETS["default"] = PRESETS["emerge"]
 # the paper's head count: the default model with its width split into 8 heads of 16 (the same matrix FLOPs, within a
 # few percent of its step time: docs/bench/heads-cpu.json), trained to a plateau of dev BLEU on 500 dev sentences (an
 # evaluation counts as a gain only 0.5 BLEU above the last one; 3 evaluations without a gain stop the run) instead of a
-# fixed 2,400 steps (docs/experiments.md, "Towards a recipe with the paper's head count")
+# fixed 2,400 steps (docs/experiments.md, "A recipe with the paper's head count"; the rule stops some seeds early)
 PRESETS["heads8"] = (dict(PRESETS["default"][0], n_heads=8),
                      dict(PRESETS["default"][1], max_steps=12000, dev_bleu_sentences=500, patience=3, min_delta=0.5))
 # the default until issue 18, kept for the benchmark figures measured on it (README) and for comparison
