@@ -2,7 +2,8 @@
 
 ``python -m minihead emergence --config quick --seeds 1,2,3 [--data data_small/control]`` trains one model
 per seed on a parallel corpus with gold trees (data_small by default), then measures on the dev trees (where a
-recipe is chosen; ``--split test`` judges a chosen recipe on the test trees), for each seed: dev BLEU, the best encoder head's share of argmaxes on -1 / +1 and its confidence (sec. 5.1),
+recipe is chosen; ``--split test`` judges a chosen recipe on the test trees), for each seed: dev BLEU, the best
+encoder head's share of argmaxes on -1 / +1 and its confidence (sec. 5.1),
 the best head per dependency relation and direction against the fixed-offset baseline (sec. 5.2, Table 1)
 and the rare-word share (sec. 5.3). The verdicts come from :mod:`minihead.findings`, the one home of the
 paper's criteria. Models are cached per seed under ``runs/emergence/`` by :func:`minihead.study.load_study`
@@ -41,10 +42,10 @@ class SeedResult:
 
 def prune_seed(s, lambdas, steps=600, n_test=300, n_trees=None, progress=True, split="dev"):
     """Prune the encoder heads of study ``s`` at each lambda (cached beside the model) and judge, on the roles the
-    model's heads have on the trees of ``split`` this command measures on (:func:`minihead.roles.classify_heads`, through
-    :func:`minihead.stages.roles_stage`): :func:`minihead.findings.most_encoder_heads_prunable` (each run against the
-    lambda = 0 run at its step) and :func:`minihead.findings.functions_survive` (roles re-measured on each pruned
-    model). Returns a plain dict."""
+    model's heads have on the trees of ``split`` this command measures on (:func:`minihead.roles.classify_heads`,
+    through :func:`minihead.stages.roles_stage`): :func:`minihead.findings.most_encoder_heads_prunable` (each run
+    against the lambda = 0 run at its step) and :func:`minihead.findings.functions_survive` (roles re-measured on each
+    pruned model). Returns a plain dict."""
     n_enc = s.cfg.n_enc_layers * s.cfg.n_heads
     base = stages.baseline(s, n_test=n_test)
     runs = stages.sweep(s, lambdas, "enc", steps, PruneSettings(), n_test=n_test, progress=progress,
@@ -66,8 +67,9 @@ def prune_seed(s, lambdas, steps=600, n_test=300, n_trees=None, progress=True, s
 def run_seed(data, config, seed, overrides, runs_dir, n_trees=None, progress=True, prune_lambdas=(), prune_steps=600,
              prune_n_test=300, split="dev"):
     """Train (or reuse) the model of one seed and measure it (:func:`minihead.stages.emergence_stage`); returns a
-    SeedResult; ``split``: the trees the roles are judged on (dev by default). The model is the study model of :func:`minihead.study.load_study` (cached in its run folder, named
-    by preset, settings, seed, BLAS threads and data hash); the measurement is cached beside it. The run folder is
+    SeedResult; ``split``: the trees the roles are judged on (dev by default). The model is the study model of
+    :func:`minihead.study.load_study` (cached in its run folder, named by preset, settings, seed, BLAS threads and
+    data hash); the measurement is cached beside it. The run folder is
     held (:func:`minihead.checkpoint.run_lock`) for the whole of it."""
     with checkpoint.run_lock(study.run_folder(config, data, runs_dir, seed=seed, **overrides)):
         s = study.load_study(config, data, runs=runs_dir, progress=progress, seed=seed, **overrides)

@@ -506,10 +506,11 @@ def _emergence_row(label, p):
 
 def emergence_studies_block(studies=None):
     """The default preset's head functions on the language that needs them and on its two controls, and the heads8
-    preset's on the language that needs them, one row per seed, then each study's findings table (:func:`minihead.findings.findings_table`), rendered from the shipped
-    emergence studies (:data:`EMERGENCE_STUDIES`, read by :func:`minihead.study.load_shipped_study`, which refuses a
-    stale one) for docs/experiments.md. ``studies``: {name: document}, default the shipped files (given, only those
-    named are shown, in the order of :data:`EMERGENCE_STUDIES`)."""
+    preset's on the language that needs them, one row per seed, then each study's findings table
+    (:func:`minihead.findings.findings_table`), rendered from the shipped emergence studies (:data:`EMERGENCE_STUDIES`,
+    read by :func:`minihead.study.load_shipped_study`, which refuses a stale one) for docs/experiments.md. ``studies``:
+    {name: document}, default the shipped files (given, only those named are
+    shown, in the order of :data:`EMERGENCE_STUDIES`)."""
     if studies is None:
         studies = {name: load_shipped_study(name) for name, _ in EMERGENCE_STUDIES}
     shown = [(name, label) for name, label in EMERGENCE_STUDIES if name in studies]

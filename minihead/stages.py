@@ -247,12 +247,6 @@ def baseline(study, n_test=None, cache_dir=None):
                                                                       n=n_test)})
 
 
-def _settings_key(settings):
-    """Every field of a :class:`minihead.prune.PruneSettings` (:meth:`~minihead.prune.PruneSettings.to_dict`): a
-    changed default is a new key."""
-    return settings.to_dict()
-
-
 def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=None, after=None):
     """:func:`minihead.prune.prune` the study model at one lambda with ``settings``
     (:class:`minihead.prune.PruneSettings`) and score it on the test set, cached under
@@ -266,7 +260,7 @@ def prune_study(study, kinds, lam, steps, settings=None, n_test=None, cache_dir=
     A list of such triples measures each (:func:`needs_after` beside :func:`functions_after`)."""
     kinds = pruning.check_kinds(kinds)
     settings = settings or pruning.PruneSettings()
-    key = {**study_key(study, n_test), "what": "prune", **_settings_key(settings), "kinds": list(kinds),
+    key = {**study_key(study, n_test), "what": "prune", **settings.to_dict(), "kinds": list(kinds),
            "lam": float(lam), "steps": int(steps)}
     afters = [] if after is None else list(after) if isinstance(after, list) else [after]
     if afters:   # one measure keys as it always did; several as a list of [name, settings]
@@ -318,7 +312,7 @@ def reference_bleu(study, kinds, at_steps, settings=None, n_test=None, cache_dir
     kinds = pruning.check_kinds(kinds)
     at = sorted({int(t) for t in at_steps})
     settings = settings or pruning.PruneSettings()
-    fixed = {k: v for k, v in _settings_key(settings).items() if k not in ("hc", "settle", "finetune")}
+    fixed = {k: v for k, v in settings.to_dict().items() if k not in ("hc", "settle", "finetune")}
     key = {**study_key(study, n_test), "what": "reference", "kinds": list(kinds), "at": at, **fixed}
     path = os.path.join(_cache_dir(study, cache_dir), f"prune-reference-{key_hash(key)}.json")
     src, ref = study.splits["test"]
@@ -374,9 +368,9 @@ PLATEAU = "plateau"   # a scale's scratch_steps: train from scratch to the study
 def scratch_steps(study, s, run):
     """The budget of the from-scratch twin of pruning run ``run`` at scale ``s`` (:data:`minihead.study.SCALES`):
     the scale's ``scratch_steps`` when set, a number of steps or :data:`PLATEAU` (trained as the study model was,
-    until its dev-BLEU plateau rule stops it: Table 2 (sec. 6.3) compares with the configuration "trained from scratch", which
-    for a recipe trained to convergence means to the same convergence); otherwise the same budget as the pruned model
-    (:func:`scratch_budget` of the steps that pruning run used)."""
+    until its dev-BLEU plateau rule stops it: Table 2 (sec. 6.3) compares with the configuration "trained from
+    scratch", which for a recipe trained to convergence means to the same convergence); otherwise the same budget as
+    the pruned model (:func:`scratch_budget` of the steps that pruning run used)."""
     return s["scratch_steps"] or scratch_budget(study, run.get("steps_used", s["prune_steps"]),
                                                 prune_max_tokens=s.get("prune", {}).get("max_tokens"))
 

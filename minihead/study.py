@@ -236,11 +236,12 @@ def load_real_study(train_src, train_tgt, dev_src=None, dev_tgt=None, test_src=N
 # Settings of each scale of ``python -m minihead reproduce``; chapters 2, 5 and 6 read them from here, so their cached
 # stages are the command's. n_scratch: the most pruned all-attention configurations also trained from scratch;
 # scratch_steps None = the same budget as the pruned model (its training steps plus the steps that pruning run used,
-# in training batches); "plateau" = trained to the preset's own stopping rule (stages.scratch_steps). prune_steps is a CAP: each pruning run stops once 90% of its gates are settled
-# (PruneSettings.settle); "prune" / "prune_all" are PruneSettings fields. On the quick model (one BLAS thread) every
-# encoder lambda settled within 380 steps, while the official joint optimiser (gates at the weights' rate) left every
-# gate unsettled at 600 (docs/experiments.md). "needs_after": True also scores every need of data_small on each pruned
-# encoder model (stages.needs_after); "finetune" in "prune" fine-tunes each pruned model to prune_steps.
+# in training batches); "plateau" = trained to the preset's own stopping rule (stages.scratch_steps). prune_steps is a
+# CAP: each pruning run stops once 90% of its gates are settled (PruneSettings.settle); "prune" / "prune_all" are
+# PruneSettings fields. On the quick model (one BLAS thread) every encoder lambda settled within 380 steps, while the
+# official joint optimiser (gates at the weights' rate) left every gate unsettled at 600 (docs/experiments.md).
+# "needs_after": True also scores every need of data_small on each pruned encoder model (stages.needs_after);
+# "finetune" in "prune" fine-tunes each pruned model to prune_steps.
 SCALES = {
     "quick": {"study": "quick", "n_dev": 300, "n_test": 200, "n_ablation": 150, "prune_steps": 600,
               # 0.2 and 0.3 since the quick model has 6 encoder heads: 0.1 kept 3-4 of them

@@ -215,8 +215,8 @@ def test_finetune_settings_key_and_reference(study):
     """The cache key of settings without fine-tuning is the key they had before the field existed (no
     "finetune" in it); with it the key differs. A fine-tuned sweep's reference is its own lambda = 0 run, and a
     sweep without lambda 0 is refused; fine-tuning needs a settle share and weights to train."""
-    assert "finetune" not in stages._settings_key(P.PruneSettings())
-    assert stages._settings_key(P.PruneSettings(finetune=True))["finetune"] is True
+    assert "finetune" not in P.PruneSettings().to_dict()
+    assert P.PruneSettings(finetune=True).to_dict()["finetune"] is True
     runs = [{"lam": 0.0, "bleu": 50.0, "kinds": ["enc"]}, {"lam": 0.1, "bleu": 40.0, "kinds": ["enc"]}]
     ft = P.PruneSettings(finetune=True)
     assert [r["ref_bleu"] for r in stages.with_reference(study, runs, ft)] == [50.0, 50.0]
