@@ -504,8 +504,8 @@ def build_parser():
     rp.add_argument("--quick", action="store_true", help="the quick model and reduced sweeps (minutes); the same as "
                     "--scale quick")
     rp.add_argument("--scale", choices=sorted(study.SCALES), default=None, help="the scale of minihead/study.py's "
-                    "SCALES: quick, full (the default preset, the default scale) or heads8 (8 heads a layer, pruned as "
-                    "the paper prunes; hours a seed)")
+                    "SCALES: quick, full (the default preset, the default scale), heads8 or heads8x32 (8 heads a layer of "
+                    "16 or 32 dimensions, pruned as the paper prunes; hours a seed)")
     rp.add_argument("--out", default="report")
     rp.add_argument("--no-progress", action="store_true")
     rp.add_argument("--train-src", help="a real parallel corpus (raw text, one sentence a line): source side")

@@ -267,6 +267,9 @@ SCALES = {
                          "finetune": True},
                "prune_all": {"log_every": 5}},
 }
+# the same study of heads8x32 (8 heads of 32 at d_model 256; its roles: chapters/studies/emerge-heads8x32.json); about
+# twice heads8's step time, not yet run over seeds
+SCALES["heads8x32"] = dict(SCALES["heads8"], study="heads8x32")
 ROLES_SPLIT = "test"     # the split whose gold trees judge the head roles (dev is for choosing recipes)
 STUDIES = os.path.join(str(REPO_ROOT), "chapters", "studies")      # the shipped studies over seeds and traces
 DATA_SMALL = os.path.join(str(REPO_ROOT), "data_small")
