@@ -485,9 +485,10 @@ def update_readme(path=None):
 
 EMERGENCE_MARKERS = ("<!-- emergence:begin -->", "<!-- emergence:end -->")
 EMERGENCE_DOC = os.path.join("docs", "experiments.md")
+# shipped study, language (and recipe), in order
 EMERGENCE_STUDIES = (("emerge", "needs"), ("emerge-control", "control"),
                      ("emerge-matched", "matched control"),
-                     ("emerge-heads8", "needs, 8 heads of 16"), ("emerge-heads8x32", "needs, 8 heads of 32"))   # shipped study, language (and recipe), in order
+                     ("emerge-heads8", "needs, 8 heads of 16"), ("emerge-heads8x32", "needs, 8 heads of 32"))
 
 
 def _emergence_row(label, p):
