@@ -776,6 +776,43 @@ def plot_need_matrix(doc, axes=None):
     return fig
 
 
+def plot_need_grid(doc, needs_shown=None):
+    """The head x need matrices of a study drawn as the paper draws heads (its Figures 1 and 8): one row of panels
+    per seed, one panel per need and BLEU, each panel a layers x heads grid whose cell is what switching that head
+    off alone costs, in points, on the diverging scale of :func:`plot_need_matrix`. Readable where a layer has
+    many heads (48 rows of :func:`plot_need_matrix` are not). ``needs_shown``: the columns, default every need
+    and BLEU. Returns the figure."""
+    per_seed = doc["per_seed"]
+    first = per_seed[0]["matrix"]
+    cols = list(needs_shown or [*first["needs"], "bleu"])
+    L, H = len(first["single"]), len(first["single"][0])
+    panel = max(0.34 * H, 1.3)   # inches; two heads a layer still leave room for a panel title
+    fig, axes = figures.new_figure(len(per_seed), len(cols), figsize=(panel * len(cols) + 1.6,
+                                                                      (0.34 * L + 0.5) * len(per_seed) + 1.0))
+    lo, hi = figures.colour_range("drop_points")
+    image = None
+    for row, p in zip(axes, per_seed):
+        m = p["matrix"]
+        for ax, need in zip(row, cols):
+            grid = [[_drop_points(cell, need) for cell in layer] for layer in m["single"]]   # [L][H]
+            values = [[math.nan if v is None else v for v in r] for r in grid]
+            image = ax.imshow(values, cmap=figures.CMAPS["drop_points"], vmin=lo, vmax=hi, aspect="equal")
+            for l, r in enumerate(grid):
+                for h, v in enumerate(r):
+                    if v is not None and abs(v) >= 0.5:   # a blank cell: under half a point either way
+                        ax.text(h, l, f"{v:.0f}", ha="center", va="center", fontsize=5.5,
+                                color=figures.cell_text_colour(image, v))
+            figures.integer_ticks(ax, n_x=H, n_y=L)
+            ax.tick_params(labelsize=6, length=2)
+            ax.set_title(figures.wrap_title(NEED_NAMES.get(need, need.upper()), panel * 11), fontsize=8)
+        row[0].set_ylabel(f"seed {p['seed']}\nlayer", fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("head", fontsize=8)
+    fig.colorbar(image, ax=axes, label="drop in points (accuracy x 100; BLEU)", shrink=0.8)
+    fig.suptitle("What each encoder head does: the cost of switching it off alone (test set)", fontsize=10)
+    return fig
+
+
 def write_real_report(out, study, inputs, bleu, n_test, summ, rep, base, enc, minutes_from):
     """``out/README.md`` of the study on a real corpus (:func:`minihead.reproduce.reproduce_real`): test BLEU, the
     top-quarter relevance shares and rank agreements, the three head functions on the gold trees and the

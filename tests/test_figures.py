@@ -292,3 +292,31 @@ def test_plot_need_matrix_keeps_its_title_on_the_canvas(n_seeds):
     box, canvas = fig._suptitle.get_window_extent(fig.canvas.get_renderer()), fig.bbox
     assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1 and box.y1 <= canvas.y1, "the title runs off the figure"
     assert_no_overlap(fig)
+
+
+@pytest.mark.parametrize("name", ["default", "heads8x32"])
+def test_plot_need_grid_draws_a_layers_by_heads_panel_per_seed_and_need(name):
+    """plot_need_grid of each shipped head x need study (2 and 8 heads a layer): a panel per seed and column (the
+    needs, then BLEU), each an image of layers x heads on the shared drop-in-points range with integer head and
+    layer ticks, each cell the drop of that head's single ablation; the seed named on its row; no title or label
+    overprints another."""
+    from minihead import study
+    doc = study.load_needs(name)
+    fig = reports.plot_need_grid(doc)
+    panels = image_axes(fig)
+    m = doc["per_seed"][0]["matrix"]
+    cols, L, H = [*m["needs"], "bleu"], len(m["single"]), len(m["single"][0])
+    assert len(panels) == len(doc["per_seed"]) * len(cols)
+    for i, p in enumerate(doc["per_seed"]):
+        row = panels[i * len(cols):(i + 1) * len(cols)]
+        assert row[0].get_ylabel().startswith(f"seed {p['seed']}")
+        for ax, need in zip(row, cols):
+            im = ax.images[0]
+            assert im.get_clim() == figures.colour_range("drop_points") and im.get_array().shape == (L, H)
+            assert [t.get_text() for t in ax.get_xticklabels()] == [str(h) for h in range(H)]
+            assert [t.get_text() for t in ax.get_yticklabels()] == [str(l) for l in range(L)]
+            cell = p["matrix"]["single"][L - 1][H - 1][need]
+            want = cell if need == "bleu" else 100 * cell
+            assert float(im.get_array()[L - 1, H - 1]) == pytest.approx(want)
+    fig.canvas.draw()
+    assert_no_overlap(fig)
