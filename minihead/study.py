@@ -363,7 +363,10 @@ def emergence_doc(results, config, data, n_trees, overrides, split="dev"):
                            "criteria": findings.CRITERIA_VERSION}}
 
 
-NEEDS_STUDY = os.path.join(STUDIES, "needs.json")   # the shipped head x need matrices of the default preset
+# The shipped head x need studies by preset: file and the `needs` arguments that remake it (docs/studies.md).
+SHIPPED_NEEDS = {"default": ("needs.json", "--seeds 1,2,3"),
+                 "heads8x32": ("needs-heads8x32.json",
+                               "--config heads8x32 --seeds 1,2,3 --n-bleu 200 --n-dev 500 --n-ablation 150")}
 
 
 def needs_provenance(config, overrides, n_bleu, n_dev, n_ablation):
@@ -389,17 +392,25 @@ def needs_doc(per_seed, config, overrides, n_bleu, n_dev, n_ablation):
 
 
 def load_needs(path=None):
-    """A head x need study (:func:`needs_doc`; default the shipped ``chapters/studies/needs.json``), refused with
-    the command that remakes it when missing, unreadable, of another shape, or when its provenance differs from
-    today's."""
-    path = path or NEEDS_STUDY
-    remake = ("remake it with `python -m minihead needs --seeds 1,2,3 --study chapters/studies/needs.json` "
-              "(docs/studies.md)")
+    """A head x need study (:func:`needs_doc`): ``path`` a file, or the name of a preset in :data:`SHIPPED_NEEDS`
+    (default ``"default"``, the shipped ``chapters/studies/needs.json``). Refused with the command that remakes it
+    (a shipped study's own; else read from the document) when missing, unreadable, of another shape, or when its
+    provenance differs from today's."""
+    shipped = SHIPPED_NEEDS.get(path or "default")
+    path = os.path.join(STUDIES, shipped[0]) if shipped else path
+    args = shipped[1] if shipped else "--config PRESET --seeds ..."
+    remake = f"remake it with `python -m minihead needs {args} --study {path}` (docs/studies.md)"
     doc = _read_json(path, "head x need study", remake)
     if not (isinstance(doc, dict) and doc.get("kind") == "need-matrix" and isinstance(doc.get("per_seed"), list)
             and doc["per_seed"] and all(isinstance(p, dict) and {"seed", "matrix"} <= set(p) for p in doc["per_seed"])):
         raise MiniheadError(f"{path}: holds no head x need study (kind 'need-matrix', per-seed matrices); {remake}")
     have = doc.get("provenance", {})
+    if not shipped:   # the command that made this document, from what it records
+        sets = "".join(f" {k}={v}" for k, v in doc.get("overrides", {}).items())
+        args = (f"--config {doc['study']} --seeds {','.join(str(p['seed']) for p in doc['per_seed'])} "
+                f"--n-bleu {have.get('n_bleu')} --n-dev {have.get('n_dev')} --n-ablation {have.get('n_ablation')}"
+                + (f" --set{sets}" if sets else ""))
+        remake = f"remake it with `python -m minihead needs {args} --study {path}` (docs/studies.md)"
     check_provenance(path, have, needs_provenance(doc["study"], doc.get("overrides", {}), have.get("n_bleu"),
                                                   have.get("n_dev"), have.get("n_ablation")), remake)
     return doc

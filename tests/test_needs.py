@@ -371,7 +371,7 @@ def test_needs_command_writes_a_study_that_loads_and_resumes_from_its_cache(tmp_
     assert main(argv) == doc
     stale = {**loaded, "overrides": {**tiny, "max_steps": 4}}
     (tmp_path / "stale.json").write_text(json.dumps(stale))
-    with pytest.raises(MiniheadError, match=r"stale.json: stale, its preset differs.*minihead needs --seeds"):
+    with pytest.raises(MiniheadError, match=r"stale.json: stale, its preset differs.*minihead needs --config quick --seeds 1,2 --n-bleu 3 "):
         study.load_needs(str(tmp_path / "stale.json"))
 
 
