@@ -674,6 +674,50 @@ print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): " + (", ".
 # work on this language, and that is worth knowing before trusting it on a language where no matrix can be made.
 
 # %% [markdown]
+# ### 5.1 With eight heads a layer
+#
+# Two heads a layer leave nothing to be "few" among. The `heads8x32` preset has the paper's eight heads a layer
+# (of 32 dimensions each, at half the paper's width: 48 encoder heads), trained to its dev-BLEU plateau; chapter 3
+# judges its head roles. Its head x need study is shipped too, made by
+# `python -m minihead needs --config heads8x32 --seeds 1,2,3 --n-bleu 200 --n-dev 500 --n-ablation 150`; training
+# and measuring it takes hours on a laptop, so both modes read it.
+#
+# Forty-eight rows would not fit a page, so the figure draws each need as the paper draws heads: layers down,
+# heads across, one panel per need and a row of panels per seed. Cells under half a point carry no number.
+
+# %%
+from minihead.report import plot_need_grid
+
+wide = load_needs("heads8x32")
+fig = plot_need_grid(wide)
+plt.show()
+for label, doc_ in (("2 heads a layer (above)", shipped_needs), ("8 heads a layer", wide)):
+    n_heads = sum(map(len, doc_["per_seed"][0]["matrix"]["single"]))
+    print(f"{label}: heads carrying 80% of all need damage, per seed: "
+          + "; ".join(f"seed {p_['seed']} {len(needs.carriers(p_['matrix']))} of {n_heads}"
+                      for p_ in doc_["per_seed"]))
+for p_ in wide["per_seed"]:
+    jobs = {n: needs.doers(p_["matrix"], n) for n in needs.NEEDS}
+    print(f"\nseed {p_['seed']}, 8 heads a layer: the heads whose removal alone costs a need at least "
+          f"{100 * needs.SURVIVES:.0f} points: " + "; ".join(f"{n} {', '.join(h) or 'none'}" for n, h in jobs.items()))
+print()
+print(instrument_table(wide["agreement"]))
+again_wide = needs.instrument_agreement([(p_["matrix"], {k: {"enc": v} for k, v in p_["instruments"].items()})
+                                         for p_ in wide["per_seed"]])
+assert {n: a["agrees"] for n, a in again_wide.items()} == {n: a["agrees"] for n, a in wide["agreement"].items()}
+print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): "
+      + (", ".join(n for n, a in again_wide.items() if a["agrees"]) or "none"))
+
+# %% [markdown]
+# Read the two recipes side by side. With eight heads a layer, a need's damage can gather on one head of many, and
+# the lines above say how few heads carry most of it in each seed, and which heads a need hangs on. A need that no
+# single head breaks (an empty list) has its job spread over several heads, each of which can be spared alone:
+# the redundancy that pruning (chapters 5 and 6) relies on. And the instruments need not keep their order when the
+# head count changes: an LRP share is a share of its layer, so with eight heads it can single one out, where with
+# two it can only tilt a pair; ablation of one head at a time meets the redundancy itself, as a head that a
+# neighbour can stand in for costs little when switched off alone.
+
+# %% [markdown]
 # ## Exercises
 #
 # Each solution is a function of `chapters/solutions/02_solutions.py`, runnable from the repository root
