@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import matplotlib
 
-from . import backend, checkpoint, importance, needs, paper, report, reproduce, stages, study
+from . import backend, checkpoint, findings, importance, needs, paper, report, reproduce, stages, study
 from .analysis import (AnalysisError, format_positional, format_rare, format_table, head_roles, save_figures,
                        unknown_words)
 from .checkpoint import MODEL_FILES
@@ -294,13 +294,19 @@ def cmd_needs(a):
         m = stages.need_matrix(s, a.n_bleu)
         m.pop("cached", None)
         imp = stages.importance_stage(s, a.n_dev, a.n_ablation)   # the full study's, when its settings are
+        rep = stages.roles_stage(s)                                # roles on the test trees, for sec. 4's role claims
+        verdicts = findings.relevance_verdicts(stages.importance_summary(imp), imp, rep.roles, s.cfg.n_heads,
+                                               s.cfg.n_enc_layers * s.cfg.n_heads)
         per_seed.append({"seed": seed, "model": stages.params_fingerprint(s.params), "matrix": m,
-                         "instruments": {key: imp[key]["enc"] for key in needs.INSTRUMENTS.values() if key in imp}})
+                         "instruments": {key: imp[key]["enc"] for key in needs.INSTRUMENTS.values() if key in imp},
+                         "findings": {k: v.to_dict() for k, v in verdicts.items()}})
         print(f"\n## Seed {seed}: what each encoder head does (test set, {study.blas_threads()} BLAS thread(s))\n")
         print(report.need_matrix_table(m), flush=True)
     doc = study.needs_doc(per_seed, a.config, a.settings, a.n_bleu, a.n_dev, a.n_ablation)
     print(f"\n## The importance measures against the matrix, seeds {','.join(map(str, a.seeds_list))}\n")
     print(report.instrument_table(doc["agreement"]))
+    print("\n## Sec. 4's findings on these models, roles on the test trees\n")
+    print(findings.findings_table(doc["summary"]))
     if a.study:
         checkpoint.save_json(a.study, doc)
     if a.figure:

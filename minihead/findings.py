@@ -752,6 +752,19 @@ def importance_verdicts(summary, n_heads=4, n=None):
                                                    summary.get("rho_relevance_confidence_official"))}
 
 
+def relevance_verdicts(summary, imp, roles_of_heads, n_heads, n=None):
+    """Sec. 4's findings of one model, with the roles of sec. 5: :func:`importance_verdicts` (few heads, relevance ~
+    ablation, important heads confident) and, given the importance stage ``imp``
+    (:func:`minihead.stages.importance_stage`), whether the heads with a role (``roles_of_heads`` {(l, h): set}, on
+    the judged trees) carry more magnitude-share relevance and cost more BLEU when switched off alone
+    (:func:`role_heads_differ`)."""
+    out = importance_verdicts(summary, n_heads, n)
+    if imp is not None:
+        out["role_relevance"] = role_heads_differ(imp["relevance_abs"]["enc"], roles_of_heads)
+        out["role_ablation"] = role_heads_differ(imp["ablation"]["enc"], roles_of_heads)
+    return out
+
+
 def study_verdicts(summary, report, enc, allk, scratch, cfg, imp=None, functions_before=None):
     """Every finding of :data:`FINDINGS` for one model, as {name: Verdict}, from the stages of
     ``python -m minihead reproduce``: ``summary`` (:func:`minihead.stages.importance_summary`), ``report``
@@ -761,12 +774,9 @@ def study_verdicts(summary, report, enc, allk, scratch, cfg, imp=None, functions
     ``cfg`` and ``imp`` (the importance stage: per-head relevance and ablation)."""
     n_enc = cfg.n_enc_layers * cfg.n_heads
     paired = allk[-len(scratch):] if scratch else []
-    out = {**importance_verdicts(summary, cfg.n_heads, n_enc)}
+    out = relevance_verdicts(summary, imp, report.roles, cfg.n_heads, n_enc)
     roles_now = report.roles
     rel = imp["relevance_abs"]["enc"] if imp else None
-    if imp is not None:
-        out["role_relevance"] = role_heads_differ(rel, roles_now)
-        out["role_ablation"] = role_heads_differ(imp["ablation"]["enc"], roles_now)
     closing = closing_lambda(enc, cfg.n_enc_layers, cfg.n_heads) if enc else None
     out["relevance_closing"] = (rank_agreement(spearman(rel, closing), n_enc) if imp is not None and closing
                                 else not_measured("no encoder sweep or no relevance"))
