@@ -395,6 +395,18 @@ class FunctionsSurvive(Verdict):
                 f"functions still present" + (f" (lost: {', '.join(lost)})" if lost else ""))
 
 
+FORM_RELATIONS = 3   # "the head functions form": syntactic heads for at least this many of the four relations
+
+
+def functions_form(record, n_relations=FORM_RELATIONS):
+    """Whether one seed's head functions form, the two parts judged apart: (a positional head of the paper's kind,
+    sec. 5.1: a +-1 head with >= :data:`POSITIONAL_SHARE` of its argmaxes on one offset; syntactic heads, sec. 5.2,
+    for at least ``n_relations`` relations, each >= :data:`SYNTACTIC_MARGIN` over the offset baseline).
+    ``record``: a seed of an emergence study, {"findings": {"positional", "syntactic"}} as their ``to_dict()``."""
+    f = record["findings"]
+    return bool(f["positional"]["heads"]), len(f["syntactic"]["relations_held"]) >= n_relations
+
+
 def functions(report_roles, report, heads=None):
     """The functions a model's heads perform, as names: "positional", "syntactic:<relation>" per relation, "rare";
     ``heads``: only those (l, h) (the survivors); roles as :func:`minihead.roles.classify_heads` gives them."""

@@ -310,3 +310,15 @@ def test_findings_table_has_the_papers_number_the_criterion_and_the_reason():
     assert table[2].startswith("| a few heads carry most relevance | few heads dominate each layer (Fig. 1) |")
     assert "untestable: 2 heads a layer" in table[2] and table[2].endswith("| untestable |")
     assert "pooled rho 0.60 over 2 seeds" in table[3] and table[3].endswith("| **holds** |")
+
+
+def test_functions_form_judges_the_positional_and_syntactic_parts_apart():
+    """functions_form(record) = (a positional head passed sec. 5.1's share, syntactic heads for >= FORM_RELATIONS
+    relations passed sec. 5.2's margin), read from a seed record of an emergence study."""
+    def record(pos_heads, relations):
+        return {"findings": {"positional": {"heads": pos_heads}, "syntactic": {"relations_held": relations}}}
+    four = ["nsubj", "obj", "amod", "advmod"]
+    assert findings.functions_form(record([[3, 1, 1]], four)) == (True, True)
+    assert findings.functions_form(record([], four[:findings.FORM_RELATIONS])) == (False, True)
+    assert findings.functions_form(record([[0, 0, -1]], four[:findings.FORM_RELATIONS - 1])) == (True, False)
+    assert findings.functions_form(record([], four[:2]), n_relations=2) == (False, True)
