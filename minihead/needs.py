@@ -18,6 +18,7 @@ count how often a model's tokens carry them. The control language (``data_small/
 """
 import difflib
 import itertools
+import math
 import random
 
 from . import findings, model
@@ -276,6 +277,20 @@ def carriers(matrix, share=0.8):
         out.append((name, x))
         acc += x
     return out
+
+
+def carriers_kept(matrix, retained, share=0.8):
+    """Pruning judged by the matrix: how many of the :func:`carriers` survive a pruned model's encoder mask
+    ``retained`` ((L, H) of bools), and how unlikely that many would be if the survivors were drawn at random,
+    the hypergeometric tail P(X >= kept) with X the carriers among n survivors drawn from N heads:
+    sum_{i >= kept} C(K, i) C(N - K, n - i) / C(N, n). Returns {"carriers", "survivors", "kept", "p"}."""
+    names = [c for c, _ in carriers(matrix, share)]
+    mask = to_host(retained).astype(bool).tolist() if hasattr(retained, "shape") else retained
+    survivors = [f"L{l}H{h}" for l, row in enumerate(mask) for h, k in enumerate(row) if k]
+    N, K, n = sum(map(len, mask)), len(names), len(survivors)
+    kept = len(set(names) & set(survivors))
+    p = sum(math.comb(K, i) * math.comb(N - K, n - i) for i in range(kept, min(K, n) + 1)) / math.comb(N, n)
+    return {"carriers": names, "survivors": survivors, "kept": kept, "p": p}
 
 
 # --------------------------------------------------------------------------- the instruments judged by the matrix

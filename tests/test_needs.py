@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from minihead import model, needs
+from minihead.backend import xp
 from minihead.data import read_conllu, synth
 from minihead.data.corpus import read_lines
 from minihead.data.vocab import Vocab, batches
@@ -442,3 +443,23 @@ def test_needs_after_scores_the_pruned_model_with_its_gates(tiny, shipped):
     table = report.needs_along_sweep_table(runs).splitlines()
     assert len(table) == 4 and table[2].startswith("| 0 | 2 | 12.0 |") and table[3].startswith("| 0.1 | 1 | 10.0 |")
     assert report.needs_along_sweep_table(runs[2:]) == ""
+
+
+def test_carriers_kept_counts_survivors_and_their_hypergeometric_tail():
+    """carriers_kept(matrix, retained): the carriers (fewest heads with 80% of the markers lost) among a mask's
+    survivors, and p = P(X >= kept), X hypergeometric (N heads, K carriers, n survivors), checked against the tail
+    summed by hand and against a brute-force count over every mask of n survivors on a 2 x 3 grid."""
+    import itertools
+    import math
+    m = _matrix([[50, 30, 0], [15, 5, 0]])                 # carriers: L0H0, L0H1 (80 of 100 lost)
+    assert [c for c, _ in needs.carriers(m)] == ["L0H0", "L0H1"]
+    mask = [[True, False, True], [True, False, False]]      # keeps one carrier of two, 3 survivors of 6
+    got = needs.carriers_kept(m, mask)
+    assert got["survivors"] == ["L0H0", "L0H2", "L1H0"] and got["kept"] == 1
+    by_hand = (math.comb(2, 1) * math.comb(4, 2) + math.comb(2, 2) * math.comb(4, 1)) / math.comb(6, 3)
+    assert got["p"] == pytest.approx(by_hand)
+    masks = [c for c in itertools.combinations(range(6), 3)]
+    hits = sum(len({0, 1} & set(c)) >= 1 for c in masks)
+    assert got["p"] == pytest.approx(hits / len(masks))
+    both = needs.carriers_kept(m, xp.asarray([[True, True, False], [False, False, False]]))   # a backend array
+    assert both["kept"] == 2 and both["p"] == pytest.approx(1 / math.comb(6, 2))
