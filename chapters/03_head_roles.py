@@ -548,8 +548,8 @@ print("in every seed, the 8-head model has more heads with a syntactic role than
 # In `heads8` the +1 job was often shared among several narrow heads. The `heads8x32` preset keeps 8 heads a layer and
 # makes each twice as wide (d_model 256: the paper's shape at half its width). It trains at half the learning rate and
 # with a sturdier plateau rule: an evaluation counts as a gain above a quarter of a BLEU point, and four evaluations
-# without one stop the run. Its study over three seeds (`chapters/studies/emerge-heads8x32.json`, written by
-# `python -m minihead emergence --config heads8x32 --seeds 1,2,3 --split test --study
+# without one stop the run. Its study over seeds (`chapters/studies/emerge-heads8x32.json`, written by
+# `python -m minihead emergence --config heads8x32 --seeds 1,2,3,4,5 --split test --study
 # chapters/studies/emerge-heads8x32.json`) is judged on the test trees by the same criteria. The cell prints it
 # beside `heads8`, then in how many seeds each recipe meets the many-heads acceptance: a positional head of the
 # paper's kind and syntactic heads for at least three of the four relations. It asserts the part that holds in every
