@@ -403,7 +403,8 @@ def load_needs(path=None):
     shipped = SHIPPED_NEEDS.get(path or "default")
     path = os.path.join(STUDIES, shipped[0]) if shipped else path
     args = shipped[1] if shipped else "--config PRESET --seeds ..."
-    remake = f"remake it with `python -m minihead needs {args} --study {path}` (docs/studies.md)"
+    shown = f"chapters/studies/{shipped[0]}" if shipped else path   # as the repository root reads it
+    remake = f"remake it with `python -m minihead needs {args} --study {shown}` (docs/studies.md)"
     doc = _read_json(path, "head x need study", remake)
     if not (isinstance(doc, dict) and doc.get("kind") == "need-matrix" and isinstance(doc.get("per_seed"), list)
             and doc["per_seed"] and all(isinstance(p, dict) and {"seed", "matrix"} <= set(p) for p in doc["per_seed"])):
