@@ -658,8 +658,7 @@ for p_ in shipped_needs["per_seed"]:
 
 # %%
 print(instrument_table(shipped_needs["agreement"]))
-again = needs.instrument_agreement([(p_["matrix"], {k: {"enc": v} for k, v in p_["instruments"].items()})
-                                    for p_ in shipped_needs["per_seed"]])
+again = needs.study_agreement(shipped_needs["per_seed"])
 assert {n: a["agrees"] for n, a in again.items()} == {n: a["agrees"] for n, a in shipped_needs["agreement"].items()}
 agree = [n for n, a in again.items() if a["agrees"]]
 print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): " + (", ".join(agree) or "none")
@@ -702,8 +701,7 @@ for p_ in wide["per_seed"]:
           f"{100 * needs.SURVIVES:.0f} points: " + "; ".join(f"{n} {', '.join(h) or 'none'}" for n, h in jobs.items()))
 print()
 print(instrument_table(wide["agreement"]))
-again_wide = needs.instrument_agreement([(p_["matrix"], {k: {"enc": v} for k, v in p_["instruments"].items()})
-                                         for p_ in wide["per_seed"]])
+again_wide = needs.study_agreement(wide["per_seed"])
 assert {n: a["agrees"] for n, a in again_wide.items()} == {n: a["agrees"] for n, a in wide["agreement"].items()}
 print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): "
       + (", ".join(n for n, a in again_wide.items() if a["agrees"]) or "none"))
@@ -727,15 +725,12 @@ print("\nagree with the matrix (pooled p < " + f"{findings.ALPHA:g}): "
 
 # %%
 sec4 = ["few_heads", "role_relevance", "role_ablation", "relevance_ablation", "confident"]
-H_wide = len(wide["per_seed"][0]["matrix"]["single"][0])     # heads a layer
 print(findings.findings_table(wide["summary"], sec4))
 for p_ in wide["per_seed"]:
-    tq = p_["findings"]["few_heads"]["top_quarter"]
-    print(f"seed {p_['seed']}: top-quarter share of each layer " + ", ".join(f"{t:.2f}" for t in tq)
-          + f" (uniform {importance.uniform_top_quarter_share(H_wide):.2f}, the criterion "
-          f"{importance.uniform_top_quarter_share(H_wide) + findings.FEW_HEADS_MARGIN:.2f})")
-rejudged = [findings.few_heads(p_["findings"]["few_heads"]["top_quarter"], H_wide).status for p_ in wide["per_seed"]]
-assert rejudged == [p_["findings"]["few_heads"]["status"] for p_ in wide["per_seed"]]
+    few = p_["findings"]["few_heads"]
+    print(f"seed {p_['seed']}: top-quarter share of each layer " + ", ".join(f"{t:.2f}" for t in few["top_quarter"])
+          + f" (uniform {few['uniform']:.2f}, the criterion {few['uniform'] + findings.FEW_HEADS_MARGIN:.2f})")
+    assert findings.few_heads(few["top_quarter"], few["n_heads"]).status == few["status"]   # re-judged
 
 # %% [markdown]
 # Set the two tables of this section side by side. The matrix measures the work directly, and its few carriers

@@ -561,7 +561,8 @@ print(emergence_studies_block({"emerge-heads8": heads8, "emerge-heads8x32": head
 for name, doc in (("8 heads of 16", heads8), ("8 heads of 32", heads8x32)):
     parts = [findings.functions_form(p) for p in doc["per_seed"]]
     print(f"\n{name}: a positional head in {sum(a for a, _ in parts)} of {len(parts)} seeds, syntactic heads for "
-          f">= {findings.FORM_RELATIONS} relations in {sum(b for _, b in parts)} of {len(parts)}; both in {sum(a and b for a, b in parts)}")
+          f">= {findings.FORM_RELATIONS} relations in {sum(b for _, b in parts)} of {len(parts)}; "
+          f"both in {sum(a and b for a, b in parts)}")
     for p in doc["per_seed"]:
         pos = p["findings"]["positional"]
         print(f"  seed {p['seed']}: best +-1 head L{pos['head'][0]}H{pos['head'][1]}, {pos['share']:.3f} of its "

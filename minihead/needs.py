@@ -328,3 +328,10 @@ def instrument_agreement(per_seed):
         out[name] = {"key": key, "rho": rhos, "pooled": pooled,
                      "agrees": pooled["p"] is not None and pooled["p"] < findings.ALPHA}
     return out
+
+
+def study_agreement(per_seed):
+    """:func:`instrument_agreement` of a head x need study's seeds (:func:`minihead.study.needs_doc`'s
+    ``per_seed``: each {"matrix", "instruments": {key: (L, H) encoder scores}})."""
+    return instrument_agreement([(p["matrix"], {k: {"enc": v} for k, v in p["instruments"].items()})
+                                 for p in per_seed])

@@ -383,14 +383,12 @@ def needs_doc(per_seed, config, overrides, n_bleu, n_dev, n_ablation):
     "need-matrix", "study": preset, "overrides", "seeds", "blas_threads", "per_seed": [{"seed", "matrix":
     :func:`minihead.needs.ablation_matrix`, "instruments": {key: (L, H) encoder scores}, "findings": sec. 4's
     verdicts (:func:`minihead.findings.relevance_verdicts`, optional)}], "agreement":
-    :func:`minihead.needs.instrument_agreement`, "summary": :func:`minihead.findings.summarize` of the seeds'
+    :func:`minihead.needs.study_agreement`, "summary": :func:`minihead.findings.summarize` of the seeds'
     findings (when every seed has them), "provenance": :func:`needs_provenance`}."""
     judged = all("findings" in p for p in per_seed)
     return {"kind": "need-matrix", "study": config, "overrides": dict(overrides),
             "seeds": [p["seed"] for p in per_seed], "blas_threads": blas_threads(), "per_seed": per_seed,
-            "agreement": checkpoint.plain(needs.instrument_agreement([(p["matrix"], {k: {"enc": v} for k, v in
-                                                                                     p["instruments"].items()})
-                                                                        for p in per_seed])),
+            "agreement": checkpoint.plain(needs.study_agreement(per_seed)),
             **({"summary": findings.summarize([p["findings"] for p in per_seed])} if judged else {}),
             "provenance": needs_provenance(config, overrides, n_bleu, n_dev, n_ablation)}
 
