@@ -127,8 +127,7 @@ for r in runs:
 
 # %%
 chosen = runs[-N_SCRATCH:]
-budgets = [S["scratch_steps"] or stages.scratch_budget(study, r["steps_used"], prune_max_tokens=MAX_TOKENS)
-           for r in chosen]
+budgets = [stages.scratch_steps(study, S, r) for r in chosen]   # the scale's rule, as `reproduce` reads it
 for r, budget in zip(chosen, budgets):
     print(f"from-scratch budget for lambda {r['lam']:g}: {study.history[-1]['step']} training steps + "
           f"{r['steps_used']} pruning steps of {MAX_TOKENS} tokens = {budget} steps of the study's batch size")
