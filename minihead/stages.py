@@ -24,7 +24,7 @@ from .data import synth
 from .data.vocab import batches
 from .checkpoint import _write_atomically
 from .errors import MiniheadError
-from .study import ROLES_SPLIT, data_fingerprint
+from .study import ROLES_SPLIT, data_fingerprint, prepare, run_folder
 from .train import TrainConfig
 from .train import train as train_model
 
@@ -382,31 +382,62 @@ def from_scratch(study, retained, steps, n_test=None, cache_dir=None, progress=F
     test set with the same gates. ``steps``: a number of steps, after which the final model is scored (one dev
     evaluation, at the end; no early stopping or checkpoint selection, like the pruned model), or :data:`PLATEAU`:
     the study's own evaluations and stopping rule (``max_steps``, ``patience``, ``min_delta``), the best dev
-    checkpoint scored, as the study model was chosen. Cached as ``scratch-<hash>.json`` beside its run folder
-    ``scratch-<hash>/``; the training writes ``last.npz`` every ``SCRATCH_SAVE_EVERY`` steps, so an interrupted
-    run resumes there. Returns dict bleu, steps (trained), best_dev_bleu, history, cached."""
-    masks = {k: backend.to_host(v).astype(bool).tolist() for k, v in retained.items() if v is not None}
+    checkpoint scored, as the study model was chosen. The base model supplies only its training settings (its
+    checkpoint's metadata) and its folder: the result is :func:`train_scratch`'s, which :func:`scratch_twin` gives
+    without the base. Returns dict bleu, steps (trained), best_dev_bleu, history, retained, cached."""
     meta = checkpoint.load(study.path).meta
     if "train" not in meta:
         raise pruning.PruneError(f"{study.path}: no training settings in the checkpoint metadata")
-    tcfg = TrainConfig(**meta["train"])
+    return train_scratch(study.corpus, study.cfg, TrainConfig(**meta["train"]), study.splits["test"], retained,
+                         steps, _cache_dir(study, cache_dir), n_test=n_test, progress=progress)
+
+
+def text_fingerprint(corpus, test):
+    """SHA-1 of the text a from-scratch twin depends on: the corpus's training and dev pairs (what it trains on and
+    is stopped by) and the test pairs (what it is scored on)."""
+    h = hashlib.sha1()
+    for part in (corpus.train_src, corpus.train_tgt, corpus.dev_src, corpus.dev_tgt, *test):
+        h.update(json.dumps(list(part)).encode() + b"\0")   # token lists or strings, as the corpus holds them
+    return h.hexdigest()
+
+
+def train_scratch(corpus, cfg, tcfg, test, retained, steps, folder, n_test=None, progress=False):
+    """:func:`from_scratch`'s training and scoring, from what determines it and nothing else: the corpus, the model
+    and training settings ``cfg`` / ``tcfg``, the test pairs ``test`` = (src, ref), the masks and the budget. So its
+    cache key names no base model, and a twin made without one (:func:`scratch_twin`) is the cache entry that
+    ``reproduce`` reads later. Cached as ``<folder>/scratch-<hash>.json`` beside its run folder
+    ``scratch-<hash>/``; the training writes ``last.npz`` every ``SCRATCH_SAVE_EVERY`` steps, so an interrupted
+    run resumes there, exactly."""
+    masks = {k: backend.to_host(v).astype(bool).tolist() for k, v in retained.items() if v is not None}
     if steps != PLATEAU:   # one dev evaluation, at the end: the model scored is the final one, as for the pruned model
         tcfg = replace(tcfg, max_steps=int(steps), eval_every=int(steps))
-    key = {**study_key(study, n_test), "what": "scratch", "masks": masks, "train": tcfg.to_dict()}
+    key = {"version": CACHE_VERSION, "what": "scratch", "cfg": cfg.to_dict(), "text": text_fingerprint(corpus, test),
+           "n_test": n_test, "masks": masks, "train": tcfg.to_dict()}
     name = f"scratch-{key_hash(key)}"
-    folder = _cache_dir(study, cache_dir)
 
     def compute():
-        gates = pruning.full_gates(study.cfg, masks)
+        gates = pruning.full_gates(cfg, masks)
         run_dir = os.path.join(folder, name)
-        res = train_model(study.corpus, study.cfg, tcfg, run_dir, progress=progress, gates=gates,
+        res = train_model(corpus, cfg, tcfg, run_dir, progress=progress, gates=gates,
                           resume=os.path.exists(os.path.join(run_dir, "last.npz")), save_every=SCRATCH_SAVE_EVERY)
-        best = checkpoint.load(res.best_path, expect_cfg=study.cfg)
-        src, ref = study.splits["test"]
-        bleu = pruning.gated_bleu(best.params, study.cfg, study.vocab, src, ref, gates=gates, n=n_test)
+        best = checkpoint.load(res.best_path, expect_cfg=cfg)
+        src, ref = test
+        bleu = pruning.gated_bleu(best.params, cfg, corpus.vocab, src, ref, gates=gates, n=n_test)
         return {"bleu": bleu, "steps": int(res.history[-1]["step"]), "best_dev_bleu": float(res.best_bleu),
                 "history": res.history, "retained": masks}
     return cached_json(os.path.join(folder, name + ".json"), key, compute)
+
+
+def scratch_twin(name, retained, steps, data="data_small", runs=None, n_test=None, progress=False, **overrides):
+    """The from-scratch twin of a pruned configuration of preset ``name`` (with ``overrides``, the seed among them)
+    WITHOUT its base model, which a twin needs only for the mask: :func:`train_scratch` on what
+    :func:`minihead.study.prepare` builds, cached in the run folder the base has or will have
+    (:func:`minihead.study.run_folder`), so it is the entry :func:`from_scratch` of the loaded study finds. Use it
+    to train Table 2's twins from a recorded mask on a machine that lacks the base models."""
+    splits, _, corpus, cfg, tcfg = prepare(name, data, **overrides)
+    folder = run_folder(name, data, runs, **overrides)
+    os.makedirs(folder, exist_ok=True)
+    return train_scratch(corpus, cfg, tcfg, splits["test"], retained, steps, folder, n_test=n_test, progress=progress)
 
 
 # --------------------------------------------------------------------------- the study's pruning stages

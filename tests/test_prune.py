@@ -333,6 +333,32 @@ def test_from_scratch_training_uses_the_masks(study, tmp_path):
     assert again["cached"] and again["bleu"] == r["bleu"]
 
 
+def test_scratch_twin_needs_no_base_and_is_the_entry_from_scratch_reads(tmp_path):
+    """stages.scratch_twin(preset, mask, steps, **overrides) trains a from-scratch twin from what study.prepare
+    builds, before any base model exists, into the run folder the base will have; the base trained afterwards
+    (study.load_study) finds it: from_scratch(base, mask, steps) is a cache hit with the same BLEU and history.
+    The key names what the twin depends on and no base model: a study with other weights but the same settings
+    and text hits the same entry; other test pairs or another mask miss it."""
+    from minihead import study as S
+    runs = str(tmp_path / "runs")
+    tiny = dict(max_steps=4, eval_every=2, d_model=16, n_heads=2, d_ff=16, n_train=60, dev_bleu_sentences=4)
+    cfg = S.prepare("quick", **tiny)[3]
+    mask = {"enc": [[True, h == 0] for h in range(cfg.n_layers("enc"))]}   # layer l: head 1 pruned, except l = 0
+    twin = stages.scratch_twin("quick", mask, 3, runs=runs, n_test=5, **tiny)
+    assert not twin["cached"] and twin["steps"] == 3 and twin["retained"] == mask
+    assert not os.path.exists(os.path.join(S.run_folder("quick", runs=runs, **tiny), "best.npz")), "no base yet"
+    base = S.load_study("quick", runs=runs, progress=False, **tiny)
+    hit = stages.from_scratch(base, {"enc": np.array(mask["enc"])}, 3, n_test=5)
+    assert hit["cached"] and hit["bleu"] == twin["bleu"] and hit["history"] == twin["history"]
+    other_weights = SimpleNamespace(**{**base.__dict__, "params": model.init_params(base.cfg, seed=99)})
+    assert stages.from_scratch(other_weights, mask, 3, n_test=5)["cached"]
+    src, ref = base.splits["test"]
+    other_test = SimpleNamespace(**{**base.__dict__, "splits": {**base.splits, "test": (src[1:], ref[1:])}})
+    assert not stages.from_scratch(other_test, mask, 3, n_test=5)["cached"]
+    flipped = {"enc": [[not a, not b] for a, b in mask["enc"]]}
+    assert not stages.scratch_twin("quick", flipped, 3, runs=runs, n_test=5, **tiny)["cached"]
+
+
 def test_from_scratch_to_the_plateau_trains_as_the_study_model_was(study, tmp_path):
     """steps = "plateau": the configuration trained from scratch with the study's own training settings (the same
     evaluations every eval_every steps and the same stopping rule, patience and min_delta), so it is the run
