@@ -23,7 +23,7 @@ from .errors import MiniheadError
 from .importance import plot_importance, uniform_top_quarter_share
 from .model import GATE_KINDS
 from .stages import PLATEAU
-from .study import ROLES_SPLIT, STUDIES, load_shipped_study, load_studies, load_trace
+from .study import ROLES_SPLIT, STUDIES, load_needs, load_shipped_study, load_studies, load_trace
 from .train import PRESETS
 
 
@@ -536,6 +536,104 @@ def update_emergence_doc(path=None):
     return _rewrite_block(path, EMERGENCE_MARKERS, emergence_studies_block(), "the emergence tables")
 
 
+PILOT_MARKERS = ("<!-- prune-pilot:begin -->", "<!-- prune-pilot:end -->")
+PILOT_RECORD = os.path.join("docs", "pilots", "heads8x32-prune.json")   # the heads8x32 pruning pilot, seed by seed
+PILOT_STUDIES = ("needs", "emergence")   # of its models: their head x need matrices, their unpruned head functions
+
+
+def _unpruned_functions(rec):
+    """The head functions of an emergence study's seed record (roles on the test trees) as
+    :func:`minihead.findings.functions` names them: "positional", "syntactic:<relation>", "rare"."""
+    f = rec["findings"]
+    return ((["positional"] if f["positional"]["heads"] else [])
+            + [f"syntactic:{r}" for r in sorted(f["syntactic"]["relations_held"])]
+            + (["rare"] if f["rare_word"].get("held") else []))
+
+
+def _same_model(entry, rec):
+    """Whether a pilot seed's model is the one a shipped study measured: their fingerprints agree, or the pilot
+    entry names none (made in the run folder of that study's model, before fingerprints were recorded)."""
+    return rec is not None and entry.get("model") in (None, rec.get("model"))
+
+
+def prune_pilot_verdicts(entry, before):
+    """Sec. 6's per-seed findings of one seed of the pruning pilot (``entry``: a ``per_seed`` item of
+    :data:`PILOT_RECORD`), by the shared criteria: most heads prunable against the step-matched lambda = 0 run
+    (not measured without it), the functions ``before`` still on the survivors, and pruned against the
+    same configuration from scratch (untestable without a twin)."""
+    runs = [r for r in entry["runs"] if r.get("n_retained")]
+    zero = [r for r in runs if r["lam"] == 0.0]
+    runs = [{**r, "ref_bleu": zero[0]["bleu"] if zero else None} for r in runs]
+    n = sum(map(len, runs[0]["retained"]["enc"]))
+    twin = entry.get("from_scratch")
+    paired = [r for r in runs if twin and r["lam"] == twin["lambda"]]
+    return {"prunable": findings.most_encoder_heads_prunable(runs, n),
+            "functions_survive": findings.functions_survive(runs, before, n),
+            "pruned_vs_scratch": findings.pruned_beats_scratch([r["bleu"] for r in paired],
+                                                               [twin["bleu"]] if paired else [])}
+
+
+def prune_pilot_block(record=None, studies=None):
+    """The heads8x32 pruning pilot of docs/experiments.md (between :data:`PILOT_MARKERS`), rendered from its
+    record (:data:`PILOT_RECORD`) and the shipped studies of the same models, ``studies`` = {"needs": a head x need
+    study, "emergence": an emergence study}, by default ``needs-heads8x32.json`` and ``emerge-heads8x32.json`` (each
+    seed's matrix and unpruned head functions; a seed whose pilot model is another model gets none of theirs): one row per pruned run, then the sec. 6 findings over the seeds (:func:`prune_pilot_verdicts`,
+    :func:`minihead.findings.summarize`), the paired gap pooled over every seed with a twin."""
+    if record is None:
+        record = checkpoint.load_json(os.path.join(str(REPO_ROOT), PILOT_RECORD))
+    if studies is None:
+        studies = {"needs": load_needs("heads8x32"), "emergence": load_shipped_study("emerge-heads8x32")}
+    of = {name: {p["seed"]: p for p in studies[name]["per_seed"]} for name in PILOT_STUDIES}
+    lines = ["| seed | lambda | encoder heads kept | test BLEU, pruned | lambda = 0, same budget | need carriers "
+             "kept (by chance) | functions on the survivors | largest need loss from unpruned, points | from "
+             "scratch: test BLEU (stopped, best dev step) | pruned - from scratch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    per_seed = []
+    for entry in record["per_seed"]:
+        k = entry["seed"]
+        matrix = of["needs"].get(k) if _same_model(entry, of["needs"].get(k)) else None
+        unpruned = of["emergence"].get(k) if _same_model(entry, of["emergence"].get(k)) else None
+        before = _unpruned_functions(unpruned) if unpruned else []
+        per_seed.append(prune_pilot_verdicts(entry, before))
+        zero = [r for r in entry["runs"] if r["lam"] == 0.0]
+        twin = entry.get("from_scratch")
+        for r in (r for r in entry["runs"] if r["lam"] > 0):
+            mask = r["retained"]["enc"]
+            n = sum(map(len, mask))
+            if matrix:
+                kept = needs.carriers_kept(matrix["matrix"], mask)
+                carriers = f"{kept['kept']} of {len(kept['carriers'])} (p = {findings.fmt3(kept['p'])})"
+                base = matrix["matrix"]["base"]
+                loss, need = max((100 * (base[q] - r["needs_after"][q]), q) for q in needs.NEEDS)
+                needs_loss = f"{loss:.1f} ({need})"
+            else:
+                carriers = needs_loss = "n/a (no need matrix of this model)"
+            after = r["functions_after"]
+            lost = [f for f in before if f not in after]
+            funcs = (", ".join(after) if unpruned is None
+                     else f"all {len(before)} of the unpruned model's" + (f", lost {', '.join(lost)}" if lost else "")
+                     if not lost else f"lost {', '.join(lost)} of {len(before)}")
+            ref = f"{zero[0]['bleu']:.2f}" if zero else "not run"
+            scratch = gap = "not run"
+            if twin and twin["lambda"] == r["lam"]:
+                scratch = f"{twin['bleu']:.2f} ({twin['steps']:,}, {twin['best_step']:,})"
+                gap = f"{r['bleu'] - twin['bleu']:+.2f}"
+            lines.append(f"| {k} | {r['lam']:g} | {r['n_retained']['enc']} of {n} | {r['bleu']:.2f} | {ref} | "
+                         f"{carriers} | {funcs} | {needs_loss} | {scratch} | {gap} |")
+    summary = findings.summarize(per_seed)
+    lines += ["", f"Judged by the shared criteria over the {len(per_seed)} seeds (seeds "
+              f"{', '.join(str(e['seed']) for e in record['per_seed'])}):", "",
+              findings.findings_table(summary, names=list(per_seed[0]))]
+    return "\n".join(lines)
+
+
+def update_pilot_doc(path=None):
+    """Rewrite the pruning pilot's table of docs/experiments.md (between :data:`PILOT_MARKERS`) from its record
+    (:func:`prune_pilot_block`). Returns True when the file changed."""
+    path = path or os.path.join(str(REPO_ROOT), EMERGENCE_DOC)
+    return _rewrite_block(path, PILOT_MARKERS, prune_pilot_block(), "the pruning pilot's table")
+
+
 README_FIGURE = os.path.join("docs", "figures", "emergence.png")
 
 
@@ -846,8 +944,9 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] != ["--readme"]:
         raise SystemExit("usage: python -m minihead.report --readme  (rewrites README.md's findings table and its "
-                         "figure, and docs/experiments.md's emergence tables, from chapters/studies/; the studies "
+                         "figure, and docs/experiments.md's emergence tables and pruning pilot, from chapters/studies/ and docs/pilots/; the studies "
                          "themselves are `python -m minihead reproduce` and `emergence`)")
     print("README.md " + ("updated" if update_readme() else "already up to date"))
     print(f"{EMERGENCE_DOC} " + ("updated" if update_emergence_doc() else "already up to date"))
+    print(f"{EMERGENCE_DOC}'s pruning pilot " + ("updated" if update_pilot_doc() else "already up to date"))
     print(f"{readme_figure()} drawn from the shipped traces")

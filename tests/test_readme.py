@@ -235,3 +235,69 @@ def test_experiments_emergence_tables_are_rendered_from_the_shipped_emergence_st
     seeds = {name: load_shipped_study(name)["seeds"] for name, _ in report.EMERGENCE_STUDIES}
     assert [r.split("|")[1].strip() for r in rows] == [label for name, label in report.EMERGENCE_STUDIES
                                                        for _ in seeds[name]]
+
+
+def test_experiments_pruning_pilot_is_rendered_from_its_record():
+    """docs/experiments.md's pruning pilot table (between report.PILOT_MARKERS) is exactly
+    report.prune_pilot_block() of docs/pilots/heads8x32-prune.json and the shipped studies of the same models
+    (needs-heads8x32.json, emerge-heads8x32.json): one row per pruned run of every recorded seed, then the sec. 6
+    findings over the seeds, so a seed added to the record cannot leave the prose behind."""
+    text = (ROOT / report.EMERGENCE_DOC).read_text()
+    begin, end = report.PILOT_MARKERS
+    have = text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+    want = report.prune_pilot_block()
+    diff = "\n".join(difflib.unified_diff(have.splitlines(), want.splitlines(), "docs", "rendered", lineterm=""))
+    assert have == want, f"{report.EMERGENCE_DOC}'s pruning pilot differs from its record's; run `{REGENERATE}`\n{diff}"
+    seeds = [e["seed"] for e in json.loads((ROOT / report.PILOT_RECORD).read_text())["per_seed"]]
+    rows = [r for r in want.split("\n\n")[0].splitlines()[2:]]
+    assert sorted({int(r.split("|")[1]) for r in rows}) == sorted(seeds)
+
+
+def _pilot_seed(seed, model, bleu0, masks, twin=None, functions=("positional", "syntactic:obj")):
+    """One seed of a pruning pilot record on a 2 x 2 encoder: a lambda 0 run (unless ``bleu0`` is None) and one
+    pruned run per (lambda, mask, BLEU) of ``masks``, every need scored 0.9 after pruning."""
+    from minihead import needs
+    run = lambda lam, m, b: {"lam": lam, "bleu": b, "retained": {"enc": m}, "n_retained": {"enc": sum(map(sum, m))},
+                             "steps_used": 100, "functions_after": list(functions),
+                             "needs_after": {q: 0.9 for q in needs.NEEDS}}
+    runs = ([run(0.0, [[True, True], [True, True]], bleu0)] if bleu0 is not None else [])
+    return {"seed": seed, **({"model": model} if model else {}), "runs": runs + [run(*m) for m in masks],
+            **({"from_scratch": twin} if twin else {})}
+
+
+def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
+    """report.prune_pilot_block: a seed's carriers (needs.carriers_kept of ITS matrix and the run's mask), its
+    largest need loss (100 x (base - after), the need named) and the functions lost from its unpruned model come
+    from the shipped studies only when its model fingerprint is theirs (n/a for another model); a seed without a
+    lambda 0 run has no reference ("not run", prunable not measured); the from-scratch twin's pair is pruned -
+    scratch, and the pooled gap is findings.pool_paired_gap over the seeds with a twin."""
+    from minihead import findings, needs
+    cell = lambda x: {**{q: 0.0 for q in needs.NEEDS}, "sandhi": x, "bleu": 0.0}
+    matrix = {"needs": list(needs.NEEDS), "count": {q: 10 for q in needs.NEEDS},
+              "base": {**{q: 0.95 for q in needs.NEEDS}, "obj": 0.99},
+              "single": [[cell(0.5), cell(0.0)], [cell(0.3), cell(0.01)]]}   # carriers L0H0, L1H0
+    studies = {"needs": {"per_seed": [{"seed": s, "model": "m", "matrix": matrix} for s in (1, 2, 3)]},
+               "emergence": {"per_seed": [{"seed": s, "model": "m", "findings": {
+                   "positional": {"heads": [[0, 1, 1]]}, "syntactic": {"relations_held": ["obj", "nsubj"]},
+                   "rare_word": {"held": False}}} for s in (1, 2, 3)]}}
+    record = {"per_seed": [
+        _pilot_seed(1, "m", 70.0, [(0.02, [[True, False], [True, False]], 69.5)],
+                    twin={"lambda": 0.02, "bleu": 69.0, "steps": 900, "best_step": 700}),
+        _pilot_seed(2, None, None, [(0.02, [[True, False], [False, False]], 68.0)]),
+        _pilot_seed(3, "other", 71.0, [(0.05, [[False, True], [False, False]], 70.5)],
+                    twin={"lambda": 0.05, "bleu": 70.0, "steps": 800, "best_step": 600})]}
+    block = report.prune_pilot_block(record, studies)
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in block.split("\n\n")[0].splitlines()[2:]]
+    assert [r[:5] for r in rows] == [["1", "0.02", "2 of 4", "69.50", "70.00"], ["2", "0.02", "1 of 4", "68.00",
+                                                                               "not run"],
+                                     ["3", "0.05", "1 of 4", "70.50", "71.00"]]
+    assert rows[0][5] == "2 of 2 (p = 0.167)"                # C(2,2) C(2,0) / C(4,2) = 1/6
+    assert rows[1][5].startswith("1 of 2 (p = 0.5)")          # P(X >= 1) drawing 1 of 4 with 2 carriers
+    assert rows[0][7] == "9.0 (obj)" and rows[2][5].startswith("n/a") and rows[2][7].startswith("n/a")
+    assert rows[0][6] == "lost syntactic:nsubj of 3"          # the unpruned model's nsubj head is gone
+    assert rows[2][6] == "positional, syntactic:obj"          # another model: the survivors' functions only
+    assert (rows[0][8], rows[0][9], rows[1][8], rows[2][9]) == ("69.00 (900, 700)", "+0.50", "not run", "+0.50")
+    gap = findings.pool_paired_gap([(69.5, 69.0), (70.5, 70.0)])
+    assert f"mean gap {findings.fmt(gap['gap'])} BLEU over 2 configurations" in block
+    verdicts = report.prune_pilot_verdicts(record["per_seed"][1], [])
+    assert verdicts["prunable"].status == "not measured" and verdicts["pruned_vs_scratch"].status == "untestable"
