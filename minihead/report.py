@@ -609,10 +609,10 @@ def prune_pilot_block(record=None, studies=None):
             else:
                 carriers = needs_loss = "n/a (no need matrix of this model)"
             after = r["functions_after"]
-            lost = [f for f in before if f not in after]
-            funcs = (", ".join(after) if unpruned is None
-                     else f"all {len(before)} of the unpruned model's" + (f", lost {', '.join(lost)}" if lost else "")
-                     if not lost else f"lost {', '.join(lost)} of {len(before)}")
+            lost, gained = [f for f in before if f not in after], [f for f in after if f not in before]
+            funcs = (", ".join(after) if unpruned is None else
+                     (f"lost {', '.join(lost)} of {len(before)}" if lost else f"all {len(before)} of the unpruned "
+                      "model's") + (f"; gained {', '.join(gained)}" if gained else ""))
             ref = f"{zero[0]['bleu']:.2f}" if zero else "not run"
             scratch = gap = "not run"
             if twin and twin["lambda"] == r["lam"]:

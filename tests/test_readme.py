@@ -267,7 +267,8 @@ def _pilot_seed(seed, model, bleu0, masks, twin=None, functions=("positional", "
 
 def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
     """report.prune_pilot_block: a seed's carriers (needs.carriers_kept of ITS matrix and the run's mask), its
-    largest need loss (100 x (base - after), the need named) and the functions lost from its unpruned model come
+    largest need loss (100 x (base - after), the need named) and the functions lost from (or gained over) its unpruned
+    model come
     from the shipped studies only when its model fingerprint is theirs (n/a for another model); a seed without a
     lambda 0 run has no reference ("not run", prunable not measured); the from-scratch twin's pair is pruned -
     scratch, and the pooled gap is findings.pool_paired_gap over the seeds with a twin."""
@@ -283,7 +284,8 @@ def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
     record = {"per_seed": [
         _pilot_seed(1, "m", 70.0, [(0.02, [[True, False], [True, False]], 69.5)],
                     twin={"lambda": 0.02, "bleu": 69.0, "steps": 900, "best_step": 700}),
-        _pilot_seed(2, None, None, [(0.02, [[True, False], [False, False]], 68.0)]),
+        _pilot_seed(2, None, None, [(0.02, [[True, False], [False, False]], 68.0)],
+                    functions=("positional", "rare", "syntactic:obj")),
         _pilot_seed(3, "other", 71.0, [(0.05, [[False, True], [False, False]], 70.5)],
                     twin={"lambda": 0.05, "bleu": 70.0, "steps": 800, "best_step": 600})]}
     block = report.prune_pilot_block(record, studies)
@@ -295,6 +297,7 @@ def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
     assert rows[1][5].startswith("1 of 2 (p = 0.5)")          # P(X >= 1) drawing 1 of 4 with 2 carriers
     assert rows[0][7] == "9.0 (obj)" and rows[2][5].startswith("n/a") and rows[2][7].startswith("n/a")
     assert rows[0][6] == "lost syntactic:nsubj of 3"          # the unpruned model's nsubj head is gone
+    assert rows[1][6] == "lost syntactic:nsubj of 3; gained rare"   # a function the unpruned model lacked
     assert rows[2][6] == "positional, syntactic:obj"          # another model: the survivors' functions only
     assert (rows[0][8], rows[0][9], rows[1][8], rows[2][9]) == ("69.00 (900, 700)", "+0.50", "not run", "+0.50")
     gap = findings.pool_paired_gap([(69.5, 69.0), (70.5, 70.0)])
