@@ -283,14 +283,33 @@ def carriers_kept(matrix, retained, share=0.8):
     """Pruning judged by the matrix: how many of the :func:`carriers` survive a pruned model's encoder mask
     ``retained`` ((L, H) of bools), and how unlikely that many would be if the survivors were drawn at random,
     the hypergeometric tail P(X >= kept) with X the carriers among n survivors drawn from N heads:
-    sum_{i >= kept} C(K, i) C(N - K, n - i) / C(N, n). Returns {"carriers", "survivors", "kept", "p"}."""
+    sum_{i >= kept} C(K, i) C(N - K, n - i) / C(N, n). Returns {"carriers", "survivors", "kept", "p", "n_heads"
+    (N)}."""
     names = [c for c, _ in carriers(matrix, share)]
     mask = to_host(retained).astype(bool).tolist() if hasattr(retained, "shape") else retained
     survivors = [f"L{l}H{h}" for l, row in enumerate(mask) for h, k in enumerate(row) if k]
     N, K, n = sum(map(len, mask)), len(names), len(survivors)
     kept = len(set(names) & set(survivors))
     p = sum(math.comb(K, i) * math.comb(N - K, n - i) for i in range(kept, min(K, n) + 1)) / math.comb(N, n)
-    return {"carriers": names, "survivors": survivors, "kept": kept, "p": p}
+    return {"carriers": names, "survivors": survivors, "kept": kept, "p": p, "n_heads": N}
+
+
+def carriers_kept_pooled(kepts):
+    """Pruning judged by the matrix over seeds: the carriers kept in every seed together, and how unlikely that
+    many would be if each seed's survivors were drawn at random, P(X_1 + ... + X_k >= kept_1 + ... + kept_k) with
+    the X_i independent and hypergeometric as in :func:`carriers_kept` (exact: their distributions convolved).
+    ``kepts``: :func:`carriers_kept` results, one per seed (or pruned run). Returns {"kept", "carriers", "p",
+    "n"}; p None without a seed that has carriers."""
+    dist = [1.0]                                  # P(sum = i) over the seeds so far
+    kept = total = 0
+    for k in kepts:
+        N, K, n = k["n_heads"], len(k["carriers"]), len(k["survivors"])
+        pmf = [math.comb(K, i) * math.comb(N - K, n - i) / math.comb(N, n) for i in range(min(K, n) + 1)]
+        dist = [sum(dist[j] * pmf[i - j] for j in range(len(dist)) if 0 <= i - j < len(pmf))
+                for i in range(len(dist) + len(pmf) - 1)]
+        kept, total = kept + k["kept"], total + K
+    p = sum(dist[kept:]) if total else None
+    return {"kept": kept, "carriers": total, "p": None if p is None else min(p, 1.0), "n": len(kepts)}
 
 
 # --------------------------------------------------------------------------- the instruments judged by the matrix

@@ -573,58 +573,125 @@ def prune_pilot_verdicts(entry, before):
                                                                [twin["bleu"]] if paired else [])}
 
 
-def prune_pilot_block(record=None, studies=None):
-    """The heads8x32 pruning pilot of docs/experiments.md (between :data:`PILOT_MARKERS`), rendered from its
-    record (:data:`PILOT_RECORD`) and the shipped studies of the same models, ``studies`` = {"needs": a head x need
-    study, "emergence": an emergence study}, by default ``needs-heads8x32.json`` and ``emerge-heads8x32.json`` (each
-    seed's matrix and unpruned head functions; a seed whose pilot model is another model gets none of theirs): one row per pruned run, then the sec. 6 findings over the seeds (:func:`prune_pilot_verdicts`,
-    :func:`minihead.findings.summarize`), the paired gap pooled over every seed with a twin."""
+def pilot_runs(record=None, studies=None):
+    """The pruned runs of the heads8x32 pruning pilot, each beside what the shipped studies of the same model say of
+    it: the pilot's record (:data:`PILOT_RECORD`) and ``studies`` = {"needs": a head x need study, "emergence": an
+    emergence study}, by default ``needs-heads8x32.json`` and ``emerge-heads8x32.json`` (a seed whose pilot model is
+    another model gets nothing of theirs). Returns (one dict per pruned run: seed, run, n (encoder heads), zero (the
+    seed's lambda = 0 run or None), twin (its from-scratch twin when of this lambda, else None), kept
+    (:func:`minihead.needs.carriers_kept` of the seed's matrix, or None), need_loss ((points, need) fallen most from
+    the unpruned model's accuracy, or None), before (the unpruned model's functions, or None); the per-seed sec. 6
+    verdicts, :func:`prune_pilot_verdicts`)."""
     if record is None:
         record = checkpoint.load_json(os.path.join(str(REPO_ROOT), PILOT_RECORD))
     if studies is None:
         studies = {"needs": load_needs("heads8x32"), "emergence": load_shipped_study("emerge-heads8x32")}
     of = {name: {p["seed"]: p for p in studies[name]["per_seed"]} for name in PILOT_STUDIES}
+    rows, verdicts = [], []
+    for entry in record["per_seed"]:
+        k = entry["seed"]
+        matrix, unpruned = ((of[name].get(k) if _same_model(entry, of[name].get(k)) else None) for name in PILOT_STUDIES)
+        before = _unpruned_functions(unpruned) if unpruned else None
+        verdicts.append(prune_pilot_verdicts(entry, before or []))
+        zero = next((r for r in entry["runs"] if r["lam"] == 0.0), None)
+        twin = entry.get("from_scratch")
+        for r in (r for r in entry["runs"] if r["lam"] > 0):
+            mask = r["retained"]["enc"]
+            loss = None
+            if matrix:
+                base = matrix["matrix"]["base"]
+                loss = max((100 * (base[q] - r["needs_after"][q]), q) for q in needs.NEEDS)
+            rows.append({"seed": k, "run": r, "n": sum(map(len, mask)), "zero": zero,
+                         "twin": twin if twin and twin["lambda"] == r["lam"] else None,
+                         "kept": needs.carriers_kept(matrix["matrix"], mask) if matrix else None,
+                         "need_loss": loss, "before": before})
+    return rows, verdicts
+
+
+def prune_pilot_block(record=None, studies=None):
+    """The heads8x32 pruning pilot of docs/experiments.md (between :data:`PILOT_MARKERS`) and chapter 5, rendered
+    from :func:`pilot_runs` (``record`` and ``studies`` as there): one row per pruned run, then the sec. 6 findings
+    over the seeds (:func:`minihead.findings.summarize` of :func:`prune_pilot_verdicts`), the paired gap pooled over
+    every seed with a twin."""
+    rows, verdicts = pilot_runs(record, studies)
     lines = ["| seed | lambda | encoder heads kept | test BLEU, pruned | lambda = 0, same budget | need carriers "
              "kept (by chance) | functions on the survivors | largest need loss from unpruned, points | from "
              "scratch: test BLEU (stopped, best dev step) | pruned - from scratch |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    per_seed = []
-    for entry in record["per_seed"]:
-        k = entry["seed"]
-        matrix = of["needs"].get(k) if _same_model(entry, of["needs"].get(k)) else None
-        unpruned = of["emergence"].get(k) if _same_model(entry, of["emergence"].get(k)) else None
-        before = _unpruned_functions(unpruned) if unpruned else []
-        per_seed.append(prune_pilot_verdicts(entry, before))
-        zero = [r for r in entry["runs"] if r["lam"] == 0.0]
-        twin = entry.get("from_scratch")
-        for r in (r for r in entry["runs"] if r["lam"] > 0):
-            mask = r["retained"]["enc"]
-            n = sum(map(len, mask))
-            if matrix:
-                kept = needs.carriers_kept(matrix["matrix"], mask)
-                carriers = f"{kept['kept']} of {len(kept['carriers'])} (p = {findings.fmt3(kept['p'])})"
-                base = matrix["matrix"]["base"]
-                loss, need = max((100 * (base[q] - r["needs_after"][q]), q) for q in needs.NEEDS)
-                needs_loss = f"{loss:.1f} ({need})"
-            else:
-                carriers = needs_loss = "n/a (no need matrix of this model)"
-            after = r["functions_after"]
+    for x in rows:
+        r, before, kept, twin = x["run"], x["before"], x["kept"], x["twin"]
+        none = "n/a (no need matrix of this model)"
+        carriers = f"{kept['kept']} of {len(kept['carriers'])} (p = {findings.fmt3(kept['p'])})" if kept else none
+        needs_loss = f"{x['need_loss'][0]:.1f} ({x['need_loss'][1]})" if x["need_loss"] else none
+        after = r["functions_after"]
+        if before is None:
+            funcs = ", ".join(after)
+        else:
             lost, gained = [f for f in before if f not in after], [f for f in after if f not in before]
-            funcs = (", ".join(after) if unpruned is None else
-                     (f"lost {', '.join(lost)} of {len(before)}" if lost else f"all {len(before)} of the unpruned "
+            funcs = ((f"lost {', '.join(lost)} of {len(before)}" if lost else f"all {len(before)} of the unpruned "
                       "model's") + (f"; gained {', '.join(gained)}" if gained else ""))
-            ref = f"{zero[0]['bleu']:.2f}" if zero else "not run"
-            scratch = gap = "not run"
-            if twin and twin["lambda"] == r["lam"]:
-                scratch = f"{twin['bleu']:.2f} ({twin['steps']:,}, {twin['best_step']:,})"
-                gap = f"{r['bleu'] - twin['bleu']:+.2f}"
-            lines.append(f"| {k} | {r['lam']:g} | {r['n_retained']['enc']} of {n} | {r['bleu']:.2f} | {ref} | "
-                         f"{carriers} | {funcs} | {needs_loss} | {scratch} | {gap} |")
-    summary = findings.summarize(per_seed)
-    lines += ["", f"Judged by the shared criteria over the {len(per_seed)} seeds (seeds "
-              f"{', '.join(str(e['seed']) for e in record['per_seed'])}):", "",
-              findings.findings_table(summary, names=list(per_seed[0]))]
+        ref = f"{x['zero']['bleu']:.2f}" if x["zero"] else "not run"
+        scratch = f"{twin['bleu']:.2f} ({twin['steps']:,}, {twin['best_step']:,})" if twin else "not run"
+        gap = f"{r['bleu'] - twin['bleu']:+.2f}" if twin else "not run"
+        lines.append(f"| {x['seed']} | {r['lam']:g} | {r['n_retained']['enc']} of {x['n']} | {r['bleu']:.2f} | "
+                     f"{ref} | {carriers} | {funcs} | {needs_loss} | {scratch} | {gap} |")
+    seeds = list(dict.fromkeys(x["seed"] for x in rows))
+    pooled = pilot_carriers_pooled(rows)
+    lines += ["", f"Need carriers among the survivors, over the {pooled['n']} seeds with a need matrix of their model "
+              f"(each seed's most pruned run): {pooled['kept']} of {pooled['carriers']} kept; if each seed's survivors "
+              f"were drawn at random, that many or more with probability {findings.fmt3(pooled['p'])} "
+              "(`needs.carriers_kept_pooled`).",
+              "", f"Judged by the shared criteria over the {len(verdicts)} seeds (seeds {', '.join(map(str, seeds))}):",
+              "", findings.findings_table(findings.summarize(verdicts), names=list(verdicts[0]))]
     return "\n".join(lines)
+
+
+def pilot_carriers_pooled(rows):
+    """:func:`minihead.needs.carriers_kept_pooled` over the seeds of :func:`pilot_runs`' ``rows`` that have a need
+    matrix of their model, one run per seed (its largest lambda: the seeds' tails are independent, a seed's runs
+    are not)."""
+    last = {}
+    for x in rows:
+        if x["kept"] and (x["seed"] not in last or x["run"]["lam"] > last[x["seed"]]["run"]["lam"]):
+            last[x["seed"]] = x
+    return needs.carriers_kept_pooled([x["kept"] for x in last.values()])
+
+
+def plot_pilot_survivors(record=None, studies=None):
+    """Figure 8's kind with the ground truth beside it: for each pruned run of the pruning pilot
+    (:func:`pilot_runs`), the layers x heads grid of its encoder heads, each cell pruned or kept and, where the
+    seed's head x need matrix is this model's, whether it is one of the heads that carry 80% of the need damage
+    (:func:`minihead.needs.carriers`). Returns the figure."""
+    rows, _ = pilot_runs(record, studies)
+    L, H = (len(rows[0]["run"]["retained"]["enc"]), len(rows[0]["run"]["retained"]["enc"][0])) if rows else (1, 1)
+    colours = ["white", "#bbbbbb", "tab:red", "#f4c7c3"]   # pruned, kept, carrier kept, carrier pruned
+    cmap = matplotlib.colors.ListedColormap(colours)
+    fig, axes = figures.new_figure(1, max(len(rows), 1), figsize=(max(0.3 * H, 1.6) * max(len(rows), 1) + 1.0,
+                                                                  0.3 * L + 1.6))
+    for ax, x in zip(axes[0], rows):
+        mask = x["run"]["retained"]["enc"]
+        carriers = set(x["kept"]["carriers"]) if x["kept"] else set()
+        grid = [[(2 if f"L{l}H{h}" in carriers else 1) if k else (3 if f"L{l}H{h}" in carriers else 0)
+                 for h, k in enumerate(row)] for l, row in enumerate(mask)]                      # [L][H] codes
+        ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=3.5, aspect="equal")
+        for l in range(L + 1):
+            ax.axhline(l - 0.5, color="black", lw=0.3)
+        for h in range(H + 1):
+            ax.axvline(h - 0.5, color="black", lw=0.3)
+        figures.integer_ticks(ax, n_x=H, n_y=L)
+        ax.tick_params(labelsize=6, length=2)
+        kept = (f", {x['kept']['kept']} of {len(carriers)} carriers" if x["kept"] else ", no matrix of this model")
+        ax.set_title(figures.wrap_title(f"seed {x['seed']}, lambda {x['run']['lam']:g}: "
+                                        f"{x['run']['n_retained']['enc']} of {x['n']} kept{kept}", 24), fontsize=8)
+        ax.set_xlabel("head", fontsize=8)
+    axes[0][0].set_ylabel("layer", fontsize=8)
+    labels = ["pruned", "kept", "need carrier, kept", "need carrier, pruned"]
+    fig.legend([Patch(facecolor=c, edgecolor="black", lw=0.3) for c in colours], labels, loc="outside lower center",
+               ncols=4, fontsize=8)
+    width = fig.get_figwidth()
+    fig.suptitle(figures.wrap_title("Which encoder heads survive pruning, and the heads the need matrix says do the "
+                                    "work", width * 11), fontsize=10)
+    return fig
 
 
 def update_pilot_doc(path=None):

@@ -320,3 +320,30 @@ def test_plot_need_grid_draws_a_layers_by_heads_panel_per_seed_and_need(name):
             assert float(im.get_array()[L - 1, H - 1]) == pytest.approx(want)
     fig.canvas.draw()
     assert_no_overlap(fig)
+
+
+def test_plot_pilot_survivors_codes_each_head_by_mask_and_carrier():
+    """plot_pilot_survivors of the shipped pruning pilot: one layers x heads panel per pruned run, integer head
+    and layer ticks, each cell coded 0 pruned / 1 kept / 2 need carrier kept / 3 need carrier pruned from the run's
+    mask and the carriers of that seed's matrix (report.pilot_runs); a legend entry for each code; the run named in
+    its title; no title or label overprints another."""
+    rows, _ = reports.pilot_runs()
+    fig = reports.plot_pilot_survivors()
+    panels = image_axes(fig)
+    assert len(panels) == len(rows)
+    for ax, x in zip(panels, rows):
+        mask, carriers = x["run"]["retained"]["enc"], set(x["kept"]["carriers"]) if x["kept"] else set()
+        L, H = len(mask), len(mask[0])
+        codes = ax.images[0].get_array()
+        assert codes.shape == (L, H)
+        for l in range(L):
+            for h in range(H):
+                carrier = f"L{l}H{h}" in carriers
+                assert int(codes[l, h]) == ((2 if carrier else 1) if mask[l][h] else (3 if carrier else 0))
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(h) for h in range(H)]
+        assert [t.get_text() for t in ax.get_yticklabels()] == [str(l) for l in range(L)]
+        assert ax.get_title().replace("\n", " ").startswith(f"seed {x['seed']}, lambda {x['run']['lam']:g}:")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["pruned", "kept", "need carrier, kept",
+                                                                  "need carrier, pruned"]
+    fig.canvas.draw()
+    assert_no_overlap(fig)

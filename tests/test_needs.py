@@ -463,3 +463,22 @@ def test_carriers_kept_counts_survivors_and_their_hypergeometric_tail():
     assert got["p"] == pytest.approx(hits / len(masks))
     both = needs.carriers_kept(m, xp.asarray([[True, True, False], [False, False, False]]))   # a backend array
     assert both["kept"] == 2 and both["p"] == pytest.approx(1 / math.comb(6, 2))
+
+
+def test_carriers_kept_pooled_is_the_exact_tail_of_the_summed_hypergeometrics():
+    """carriers_kept_pooled(kepts): kept = sum of the seeds' carriers kept, p = P(X_1 + ... + X_k >= kept) with
+    X_i ~ hypergeometric(N_i heads, K_i carriers, n_i survivors) independent, checked against a brute-force count
+    over every pair of masks of two seeds on 2 x 3 grids; one seed gives carriers_kept's own p; no carriers, p None."""
+    import itertools
+    m1 = _matrix([[50, 30, 0], [15, 5, 0]])                 # carriers L0H0, L0H1
+    m2 = _matrix([[0, 0, 90], [0, 0, 0]])                   # carrier L0H2
+    k1 = needs.carriers_kept(m1, [[True, False, True], [True, False, False]])    # 1 of 2 kept, 3 survivors
+    k2 = needs.carriers_kept(m2, [[False, False, True], [False, True, False]])   # 1 of 1 kept, 2 survivors
+    got = needs.carriers_kept_pooled([k1, k2])
+    assert (got["kept"], got["carriers"], got["n"]) == (2, 3, 2)
+    pairs = list(itertools.product(itertools.combinations(range(6), 3), itertools.combinations(range(6), 2)))
+    hits = sum(len({0, 1} & set(a)) + len({2} & set(b)) >= 2 for a, b in pairs)
+    assert got["p"] == pytest.approx(hits / len(pairs))
+    assert needs.carriers_kept_pooled([k1])["p"] == pytest.approx(k1["p"])
+    none = needs.carriers_kept(_matrix([[0, 0, 0], [0, 0, 0]]), [[True, False, False], [False, False, False]])
+    assert needs.carriers_kept_pooled([none])["p"] is None

@@ -271,7 +271,8 @@ def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
     model come
     from the shipped studies only when its model fingerprint is theirs (n/a for another model); a seed without a
     lambda 0 run has no reference ("not run", prunable not measured); the from-scratch twin's pair is pruned -
-    scratch, and the pooled gap is findings.pool_paired_gap over the seeds with a twin."""
+    scratch, and the pooled gap is findings.pool_paired_gap over the seeds with a twin; the carriers are pooled
+    (needs.carriers_kept_pooled) over the seeds with a matrix of their model."""
     from minihead import findings, needs
     cell = lambda x: {**{q: 0.0 for q in needs.NEEDS}, "sandhi": x, "bleu": 0.0}
     matrix = {"needs": list(needs.NEEDS), "count": {q: 10 for q in needs.NEEDS},
@@ -300,6 +301,11 @@ def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
     assert rows[1][6] == "lost syntactic:nsubj of 3; gained rare"   # a function the unpruned model lacked
     assert rows[2][6] == "positional, syntactic:obj"          # another model: the survivors' functions only
     assert (rows[0][8], rows[0][9], rows[1][8], rows[2][9]) == ("69.00 (900, 700)", "+0.50", "not run", "+0.50")
+    pooled = needs.carriers_kept_pooled([needs.carriers_kept(matrix, [[True, False], [True, False]]),
+                                         needs.carriers_kept(matrix, [[True, False], [False, False]])])
+    assert (f"over the 2 seeds with a need matrix of their model (each seed's most pruned run): 3 of 4 kept; "
+            f"if each seed's survivors were drawn at random, that many or more with probability "
+            f"{findings.fmt3(pooled['p'])}") in block                  # seed 3's model has no matrix here
     gap = findings.pool_paired_gap([(69.5, 69.0), (70.5, 70.0)])
     assert f"mean gap {findings.fmt(gap['gap'])} BLEU over 2 configurations" in block
     verdicts = report.prune_pilot_verdicts(record["per_seed"][1], [])
