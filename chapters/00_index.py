@@ -14,7 +14,7 @@
 # | [02 Head importance with LRP](02_head_importance_lrp.ipynb) | LRP rules checked live (slow twins, conservation), head relevance (Figure 1), confidence, Michel importance, single-head ablation, rank agreement |
 # | [03 Head roles](03_head_roles.ipynb) | positional, syntactic (against gold trees, Table 1) and rare-word heads; roles over relevance; the heads emerging along training, against the control |
 # | [04 Hard-concrete gates](04_hard_concrete_gates.ipynb) | the gate distribution, the L0 penalty, its gradient checks, useless toy heads closing |
-# | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8) |
+# | [05 Pruning encoder heads](05_pruning_encoder_heads.ipynb) | the lambda sweep, BLEU against retained heads (Figure 7), roles of the survivors (Figure 8); with eight heads a layer, the survivors against the need matrix |
 # | [06 Pruning all attention types](06_pruning_all_attention.ipynb) | which attention type goes first, where heads survive, pruned versus trained from scratch (Table 2) |
 # | [07 Real language](07_real_language.ipynb) | the same analysis with a model trained on Multi30k EN-DE (BPE) and judged on UD English EWT trees |
 #
