@@ -342,3 +342,6 @@ assert pooled["n"] >= 2, "the pooled test needs at least two seeds with a need m
 # 4. **Figure 8's claim on one mask.** Give three heads of a 3 x 2 encoder a role, prune it two ways, and check `findings.specialised_share` by hand.
 #    - *Hint:* It returns (share with a role among the kept heads, share among all heads); the claim is first > second.
 #    - Solution: `solutions/05_solutions.py`, `exercise_4`.
+# 5. **The carriers by chance.** Rebuild section 6's pooled test: convolve each seed's hypergeometric distribution of carriers among random survivors by hand, compare its tail with `needs.carriers_kept_pooled`, and check each seed's tail against random masks of its size.
+#    - *Hint:* `report.pilot_runs()` gives each run's `carriers_kept` result (carriers, survivors, n_heads); `random.sample(range(N), n)` draws a mask.
+#    - Solution: `solutions/05_solutions.py`, `exercise_5`.

@@ -106,6 +106,41 @@ def exercise_4():
     assert good[0] > good[1] and not bad[0] > bad[1]
 
 
+
+def exercise_5():
+    """Section 6's pooled carrier test, rebuilt from its parts. For each seed of the shipped pruning pilot whose
+    model the need study measured (report.pilot_runs), X = the carriers among n survivors drawn at random from the
+    N heads is hypergeometric: P(X = i) = C(K, i) C(N - K, n - i) / C(N, n). Convolve the seeds' pmfs by hand and
+    check the tail P(X_1 + ... >= kept) against needs.carriers_kept_pooled; then draw random masks of each seed's
+    size and check that the per-seed tail of needs.carriers_kept agrees with the share of draws that keep as
+    many carriers (within five standard errors), and that the mean count is K n / N."""
+    import math
+    import random
+    from minihead import needs, report
+    rows, _ = report.pilot_runs()
+    kepts = [x["kept"] for x in rows if x["kept"]]
+    dist = [1.0]
+    for k in kepts:
+        N, K, n = k["n_heads"], len(k["carriers"]), len(k["survivors"])
+        pmf = [math.comb(K, i) * math.comb(N - K, n - i) / math.comb(N, n) for i in range(min(K, n) + 1)]
+        dist = [sum(dist[j] * pmf[i - j] for j in range(len(dist)) if i - j < len(pmf) and i >= j)
+                for i in range(len(dist) + len(pmf) - 1)]
+    total = sum(k["kept"] for k in kepts)
+    by_hand, pooled = sum(dist[total:]), needs.carriers_kept_pooled(kepts)
+    print(f"pooled tail by hand {by_hand:.3g}, carriers_kept_pooled {pooled['p']:.3g} ({total} carriers kept)")
+    assert math.isclose(by_hand, pooled["p"], rel_tol=1e-9)
+    rng, draws = random.Random(0), 20000
+    for k in kepts:
+        N, carriers, n = k["n_heads"], set(range(len(k["carriers"]))), len(k["survivors"])
+        counts = [len(carriers & set(rng.sample(range(N), n))) for _ in range(draws)]
+        share = sum(c >= k["kept"] for c in counts) / draws
+        se = math.sqrt(max(k["p"] * (1 - k["p"]), 1 / draws) / draws)
+        mean = sum(counts) / draws
+        print(f"{len(carriers)} carriers, {n} of {N} kept: tail {k['p']:.3g}, simulated {share:.3g}; mean "
+              f"{mean:.2f} against K n / N = {len(carriers) * n / N:.2f}")
+        assert abs(share - k["p"]) <= 5 * se
+        assert abs(mean - len(carriers) * n / N) < 0.05
+
 if __name__ == "__main__":
     from run_exercises import main   # beside this file: the runner every solution file shares
     main(globals(), sys.argv[1:])
