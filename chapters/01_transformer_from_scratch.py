@@ -108,8 +108,8 @@ print(f"{sum(v.size for v in theta.values())} parameters; worst directional rela
 # dependent -> verb); adjectives come before their noun and agree with its hidden gender (amod).
 # `data_small/control/` is the same language without these needs. `load_study` trains the preset once (Adam with
 # the inverse-square-root warm-up, label smoothing 0.1, dropout 0.1, early stopping on dev BLEU) and afterwards reads the cached checkpoint from
-# `runs/<preset>-t<BLAS threads>-<data hash>/` (`minihead.study.run_folder`), so a model trained with another
-# thread count or on another language is never reused.
+# `runs/<preset>-t<BLAS threads>-<BLAS kernels>-<data hash>/` (`minihead.study.run_folder`), so a model trained
+# with another thread count, other BLAS kernels or on another language is never reused.
 
 # %%
 from minihead.study import load_study

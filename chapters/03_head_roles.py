@@ -574,7 +574,7 @@ assert all(syn for _, syn in map(findings.functions_form, heads8x32["per_seed"])
 # model trained on BPE-segmented Multi30k (the word frequencies for the rare-word table come from the word-tokenized
 # training source):
 #
-#     python -m minihead roles runs/quick-t1-<data hash>/best.npz        # data_small dev trees, figures in its roles/
+#     python -m minihead roles runs/quick-t1-<kernels>-<data hash>/best.npz        # data_small dev trees, figures in its roles/
 #     python -m minihead roles MODEL.npz --conllu ../shared/realdata/ud_en_ewt/dev.conllu --bpe codes.txt --train-src train.tok.en
 
 # %% [markdown]

@@ -49,6 +49,17 @@ def blas_threads():
     return max(counts) if counts else 1
 
 
+def blas_kernel():
+    """The BLAS library's kernels as threadpoolctl names them, in lower case: for OpenBLAS the CPU family whose
+    kernels it chose when it loaded ("haswell", "skylakex"; ``OPENBLAS_CORETYPE`` picks them), else the library's
+    name. Float32 GEMM sums depend on the kernels as on the thread split (docs/studies.md, Determinism), so models
+    trained under two kernel sets differ and are cached apart."""
+    info = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    if not info:
+        return "none"
+    return str(info[0].get("architecture") or info[0].get("internal_api") or "unknown").lower()
+
+
 # the files a study's verdicts depend on: the parallel text and the dev trees its head roles are measured on
 STUDY_FILES = ("train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt", "dev.conllu")
 
@@ -83,13 +94,15 @@ def file_hash(path):
 
 
 def run_folder(name, data="data_small", runs=None, **overrides):
-    """``runs/<name>[-<setting><value>...]-t<BLAS threads>-<hash>``, the hash over the preset's settings (with the
-    overrides) and the data's bytes: everything that determines the model is in the name, so the test suite (one
-    BLAS thread) never reuses a model the command line trained with two, a regenerated data_small never reuses a
-    model of the old one, and a preset whose settings change never reuses a model trained under the old ones."""
+    """``runs/<name>[-<setting><value>...]-t<BLAS threads>-<BLAS kernels>-<hash>``, the hash over the preset's
+    settings (with the overrides) and the data's bytes: everything that determines the model is in the name, so the
+    test suite (one BLAS thread) never reuses a model the command line trained with two, a folder copied from a
+    machine whose BLAS chose other kernels (:func:`blas_kernel`) is not read as this machine's, a regenerated
+    data_small never reuses a model of the old one, and a preset whose settings change never reuses a model trained
+    under the old ones."""
     key = json.dumps({"preset": preset_settings(name, **overrides), "data": data_fingerprint(resolve_data(data))},
                      sort_keys=True)
-    return os.path.join(str(runs or RUNS), f"{_tag(name, overrides)}-t{blas_threads()}-"
+    return os.path.join(str(runs or RUNS), f"{_tag(name, overrides)}-t{blas_threads()}-{blas_kernel()}-"
                                            f"{hashlib.sha1(key.encode()).hexdigest()[:8]}")
 
 
@@ -185,10 +198,10 @@ class RealStudy(Study):
 def real_run_folder(files, name, n_merges, n_dev, runs=None, **overrides):
     """``runs/real-<name>-<hash>``, the hash over the corpus files' CONTENTS (an edit in place that keeps the size
     is another corpus), the preset's settings with the overrides, the merges, the held-out size and the BLAS
-    thread count."""
+    thread count and kernels."""
     ident = json.dumps([file_hash(p) for p in files]
                        + [name, n_merges, n_dev, sorted(overrides.items()), preset_settings(name, **overrides),
-                          blas_threads()], sort_keys=True)
+                          blas_threads(), blas_kernel()], sort_keys=True)
     return os.path.join(str(runs or RUNS), f"real-{name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}")
 
 

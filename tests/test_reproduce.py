@@ -196,6 +196,21 @@ def test_a_model_trained_under_another_blas_thread_count_is_never_reused(tmp_pat
     assert len(list(tmp_path.iterdir())) == 2
 
 
+def test_a_model_trained_under_other_blas_kernels_is_never_reused(tmp_path, monkeypatch):
+    """A run folder names the BLAS kernels (study.blas_kernel: OpenBLAS's CPU family, which OPENBLAS_CORETYPE picks;
+    float32 sums differ between them as between thread counts), so a model trained where OpenBLAS chose other
+    kernels sits in another folder and this machine trains its own instead of loading it."""
+    mine_kernel = study.blas_kernel()
+    assert mine_kernel and mine_kernel == mine_kernel.lower()
+    monkeypatch.setattr(study, "blas_kernel", lambda: "otherkernels")
+    other = study.load_study("quick", runs=str(tmp_path), progress=False, **TINY_MODEL)
+    monkeypatch.undo()
+    mine = study.load_study("quick", runs=str(tmp_path), progress=False, **TINY_MODEL)
+    assert "-otherkernels-" in other.path and f"-{mine_kernel}-" in mine.path
+    assert pathlib.Path(other.path).parent != pathlib.Path(mine.path).parent
+    assert len(list(tmp_path.iterdir())) == 2
+
+
 def test_real_corpus_needs_its_three_files():
     """python -m minihead reproduce on a real corpus needs --train-src, --train-tgt and --conllu
     together: one of them alone exits naming all three."""

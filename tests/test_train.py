@@ -434,8 +434,8 @@ def test_json_cache_is_atomic_and_a_corrupt_one_is_named(tmp_path):
 
 
 def test_run_folder_names_every_setting_that_determines_the_model(monkeypatch):
-    """study.run_folder: runs/<name>[-<override><value>]-t<BLAS threads>-<hash of the preset's settings and the
-    data>. Changing a preset's settings (not only its overrides) changes the folder, so a stale model is never
+    """study.run_folder: runs/<name>[-<override><value>]-t<BLAS threads>-<BLAS kernels>-<hash of the preset's
+    settings and the data>. Changing a preset's settings (not only its overrides) changes the folder, so a stale model is never
     reused; an override changes it; two names for the same settings share the hash (default and emerge)."""
     from minihead.study import run_folder
     from minihead.train import PRESETS
