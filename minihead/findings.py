@@ -330,6 +330,8 @@ class Prunable(Verdict):
     runs: list = field(default_factory=list)   # [(lambda, kept, steps, BLEU, reference BLEU)] of every run
 
     def numbers(self):
+        if self.status == "not measured":   # no reference: no knee was looked for, so no count to average
+            return {"kept": None, "kept_share": None, "bleu_change": None}
         change = None if self.bleu_ref is None else self.bleu_kept - self.bleu_ref
         return {"kept": float(self.kept), "kept_share": self.kept / self.n_heads, "bleu_change": change}
 

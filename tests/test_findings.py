@@ -150,7 +150,8 @@ def test_prunable_compares_each_run_with_lambda_zero_at_the_same_step_and_needs_
     reaches 70.61; lambda 0.03 keeps 8 of 12 at 69.80; lambda 0.1 keeps 6 at 68.30. Against the model before
     pruning the knee was 6 of 12, "half", which the old reading called held; against the step-matched reference
     lambda 0.1 is -2.31 BLEU, the knee is 8 of 12 and "most" (at most a third, 4 of 12) does not hold. A run
-    keeping 4 within 1 BLEU of its reference holds. A run with no reference: not measured."""
+    keeping 4 within 1 BLEU of its reference holds. A run with no reference: not measured, with no count of kept
+    heads (a seed without a reference adds nothing to the mean over seeds)."""
     runs = [_enc_run(12, 70.61, 0.0, 70.61, 120), _enc_run(8, 69.80, 0.03, 70.61, 300),
             _enc_run(6, 68.30, 0.1, 70.61, 450)]
     assert min(r["n_retained"]["enc"] for r in runs if r["bleu"] >= 67.71 - 1) == 6       # the old knee
@@ -160,6 +161,9 @@ def test_prunable_compares_each_run_with_lambda_zero_at_the_same_step_and_needs_
     assert v.held and v.kept == 4 and v.bleu_ref == 70.9
     nm = findings.most_encoder_heads_prunable([_enc_run(4, 70.0, 0.2)], 12)
     assert nm.status == "not measured" and "step-matched" in nm.reason
+    assert nm.numbers() == {"kept": None, "kept_share": None, "bleu_change": None}   # no knee, no count
+    both = findings.summarize([{"prunable": v}, {"prunable": nm}])["prunable"]
+    assert both["numbers"]["kept"][:2] == (4.0, 0.0) and both["testable"] == 1     # the count of the measured seed
 
 
 def test_functions_survive_judges_the_pruned_models_own_roles_down_to_a_third():
