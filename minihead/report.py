@@ -559,7 +559,8 @@ def _same_model(entry, rec):
 def prune_pilot_verdicts(entry, before):
     """Sec. 6's per-seed findings of one seed of the pruning pilot (``entry``: a ``per_seed`` item of
     :data:`PILOT_RECORD`), by the shared criteria: most heads prunable against the step-matched lambda = 0 run
-    (not measured without it), the functions ``before`` still on the survivors, and pruned against the
+    (not measured without it), the functions ``before`` still on the survivors (not measured when None: the
+    unpruned functions of another model are not this one's), and pruned against the
     same configuration from scratch (untestable without a twin)."""
     runs = [r for r in entry["runs"] if r.get("n_retained")]
     zero = [r for r in runs if r["lam"] == 0.0]
@@ -568,7 +569,8 @@ def prune_pilot_verdicts(entry, before):
     twin = entry.get("from_scratch")
     paired = [r for r in runs if twin and r["lam"] == twin["lambda"]]
     return {"prunable": findings.most_encoder_heads_prunable(runs, n),
-            "functions_survive": findings.functions_survive(runs, before, n),
+            "functions_survive": (findings.functions_survive(runs, before, n) if before is not None else
+                                  findings.not_measured("no unpruned head functions of this seed's model")),
             "pruned_vs_scratch": findings.pruned_beats_scratch([r["bleu"] for r in paired],
                                                                [twin["bleu"]] if paired else [])}
 
@@ -592,7 +594,7 @@ def pilot_runs(record=None, studies=None):
         k = entry["seed"]
         matrix, unpruned = ((of[name].get(k) if _same_model(entry, of[name].get(k)) else None) for name in PILOT_STUDIES)
         before = _unpruned_functions(unpruned) if unpruned else None
-        verdicts.append(prune_pilot_verdicts(entry, before or []))
+        verdicts.append(prune_pilot_verdicts(entry, before))
         zero = next((r for r in entry["runs"] if r["lam"] == 0.0), None)
         twin = entry.get("from_scratch")
         for r in (r for r in entry["runs"] if r["lam"] > 0):

@@ -310,3 +310,5 @@ def test_pruning_pilot_block_judges_each_seed_by_its_own_model():
     assert f"mean gap {findings.fmt(gap['gap'])} BLEU over 2 configurations" in block
     verdicts = report.prune_pilot_verdicts(record["per_seed"][1], [])
     assert verdicts["prunable"].status == "not measured" and verdicts["pruned_vs_scratch"].status == "untestable"
+    other = report.prune_pilot_verdicts(record["per_seed"][2], None)    # no unpruned functions of this model
+    assert other["functions_survive"].status == "not measured"
